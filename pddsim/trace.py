@@ -1,0 +1,42 @@
+"""What a workload is once read: requests, each with its prefix-hash chain and session position.
+
+Every reader and generator produces a `Workload`; the simulator consumes nothing else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """One request as the trace gives it.
+
+    `hash_ids[i]` identifies the prefix up to block i (equal id => equal prefix); a block holds
+    `block_tokens` tokens. `arrival_s` is the open-loop arrival, relative to the start of the
+    request's session (absolute when the trace has no sessions). Closed-loop replay sends a request
+    `think_s` after the request it `follows` (an index into the workload) has finished streaming; a
+    request that follows none starts its session. Sub-agents are requests that follow a parent's
+    request, so a session is a small dependency tree, not only a chain.
+    """
+
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] = ()
+    block_tokens: int = 512
+    session_id: int = -1
+    think_s: float = 0.0
+    follows: int = -1
+
+
+@dataclass(slots=True)
+class Workload:
+    """Requests sorted by arrival; a session's requests appear in their order within the session."""
+
+    requests: list[TraceRequest]
+    source: str = "synthetic"
+    sessions: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.requests)
