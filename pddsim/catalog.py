@@ -48,7 +48,7 @@ class ModelSpec(Strict):
 
 
 def _load(filename: str, spec: type[Strict]) -> dict[str, Strict]:
-    raw = yaml.safe_load(resources.files("pddsim.catalog").joinpath(filename).read_text())
+    raw = yaml.safe_load(resources.files("pddsim").joinpath("data", filename).read_text())
     return {name: spec(name=name, **fields) for name, fields in raw.items()}
 
 

@@ -1,0 +1,216 @@
+"""Scenario configuration: YAML validated by typed models with field-precise errors.
+
+Configs speak the units people think in (Gbps, ms, GB); `pddsim.system` converts them to SI once.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pddsim.errors import InputError
+
+ROLES = ("prefill", "decode", "colocated", "relay")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BackgroundLoad(Strict):
+    """Other traffic on a link: its share of the bandwidth follows an AR(1) process."""
+
+    mean: float = Field(ge=0, lt=1, description="mean share of the bandwidth taken by other traffic")
+    std: float = Field(0.0, ge=0, description="standard deviation of that share")
+    period_s: float = Field(1.0, gt=0, description="how often the share changes")
+    correlation: float = Field(0.8, ge=0, lt=1, description="AR(1) coefficient between periods")
+
+
+class LinkConfig(Strict):
+    bandwidth_gbps: float = Field(gt=0, description="line rate, Gbit/s")
+    rtt_ms: float = Field(0.0, ge=0, description="round-trip time; a transfer pays half of it")
+    flow_cap_gbps: float | None = Field(None, gt=0, description="cap on one flow (a TCP stream)")
+    background: BackgroundLoad | None = None
+    price_per_hour: float = Field(0.0, ge=0, description="USD per hour for the line")
+
+
+class InstanceGroup(Strict):
+    role: Literal["prefill", "decode", "colocated", "relay"]
+    count: int = Field(ge=1)
+    tp: int = Field(1, ge=1, description="GPUs per instance (tensor parallel)")
+
+
+class Cluster(Strict):
+    gpu: str
+    rdma: LinkConfig
+    instances: list[InstanceGroup] = Field(min_length=1)
+
+
+class Batching(Strict):
+    token_budget: int = Field(8192, ge=1, description="tokens one iteration may compute")
+    prefill_chunk: int = Field(8192, ge=1, description="largest prefill chunk of one request")
+    max_batch: int = Field(256, ge=1, description="requests in one iteration at most")
+    kv_block_tokens: int = Field(16, ge=1, description="paged-KV block size")
+    memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM the server may use")
+
+
+class PrefixCacheConfig(Strict):
+    prefill_tokens: int | None = Field(
+        None, ge=0, description="prefix-cache capacity per prefill instance, tokens (null: unbounded)")
+    decode_tokens: int | None = Field(
+        0, ge=0, description="decode-side cache (DRC) per decode instance, tokens (0: off, null: unbounded)")
+
+
+class Slo(Strict):
+    ttft_s: float = Field(gt=0)
+    tpot_s: float = Field(gt=0)
+    target: float = Field(0.9, gt=0, le=1, description="share of requests that must meet the SLO")
+
+
+class Perf(Strict):
+    kind: Literal["roofline", "table"] = "roofline"
+    mfu: float = Field(0.5, gt=0, le=1, description="achieved share of peak FLOPS")
+    mbu: float = Field(0.8, gt=0, le=1, description="achieved share of peak HBM bandwidth")
+    overhead_ms: float = Field(2.0, ge=0, description="fixed cost of one iteration (scheduling, launch)")
+    comm_latency_us: float = Field(8.0, ge=0, description="latency of one tensor-parallel all-reduce")
+    table: str | None = Field(None, description="CSV of measured iteration times (kind: table)")
+
+    @model_validator(mode="after")
+    def _table_needs_path(self):
+        if self.kind == "table" and not self.table:
+            raise ValueError("perf.kind 'table' needs perf.table (a CSV path)")
+        return self
+
+
+class Synthetic(Strict):
+    kind: Literal["poisson", "agent"] = "poisson"
+    knobs: dict[str, Any] = Field(default_factory=dict, description="generator arguments")
+
+
+class WorkloadConfig(Strict):
+    trace: str | None = Field(None, description="trace file or directory (relative to the config)")
+    format: Literal["auto", "mooncake", "azure", "native", "agent"] = "auto"
+    synthetic: Synthetic | None = None
+    limit: int | None = Field(None, ge=1, description="replay only the first N requests")
+    max_tokens: int | None = Field(None, ge=2, description="clip input+output to this many tokens")
+    shared_prefix: bool = Field(False, description="agent traces: system+tool prompt shared by all sessions")
+    replay: Literal["open", "closed"] = "open"
+    session_start: Literal["recorded", "poisson", "concurrent"] = "recorded"
+    session_rate_rps: float | None = Field(None, gt=0, description="poisson session starts per second")
+    concurrent_sessions: int | None = Field(None, ge=1, description="sessions kept in flight")
+    time_scale: float = Field(1.0, gt=0, description="arrival times are divided by this (load factor)")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.trace is None) == (self.synthetic is None):
+            raise ValueError("give exactly one of workload.trace and workload.synthetic")
+        if self.session_start == "poisson" and self.session_rate_rps is None:
+            raise ValueError("session_start 'poisson' needs session_rate_rps")
+        if self.session_start == "concurrent" and self.concurrent_sessions is None:
+            raise ValueError("session_start 'concurrent' needs concurrent_sessions")
+        return self
+
+
+class Policies(Strict):
+    prefill_router: str = Field("cache_affinity", description="picks the prefill instance")
+    decode_router: str = Field("least_loaded", description="picks the decode instance")
+
+
+class Config(Strict):
+    name: str
+    model: str
+    clusters: dict[str, Cluster] = Field(min_length=1)
+    wan: LinkConfig | None = Field(None, description="the line between the clusters")
+    batching: Batching = Batching()
+    prefix_cache: PrefixCacheConfig = PrefixCacheConfig()
+    slo: Slo
+    perf: Perf = Perf()
+    gpu_prices: dict[str, float] = Field(default_factory=dict, description="USD/GPU-hour overrides")
+    policies: Policies = Policies()
+    workload: WorkloadConfig
+    seed: int = 0
+    base_dir: str = Field(".", description="where relative paths resolve (set by the loader)")
+
+    @model_validator(mode="after")
+    def _topology(self):
+        roles = {g.role for c in self.clusters.values() for g in c.instances}
+        if "colocated" in roles and roles != {"colocated"}:
+            raise ValueError("colocated instances cannot be mixed with other roles")
+        if "colocated" not in roles and not {"prefill", "decode"} <= roles:
+            raise ValueError("a disaggregated system needs prefill and decode instances")
+        if len(self.clusters) > 2:
+            raise ValueError("at most two clusters (one WAN line) are modelled")
+        if len(self.clusters) == 2 and self.wan is None:
+            raise ValueError("two clusters need a wan link")
+        return self
+
+    def resolve(self, path: str) -> Path:
+        p = Path(path)
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+
+def set_dotted(raw: dict, dotted: str, value: Any) -> None:
+    """Apply one `--set a.b.0.c=value` override to the raw YAML tree."""
+    keys = dotted.split(".")
+    node = raw
+    for i, key in enumerate(keys):
+        last = i == len(keys) - 1
+        if isinstance(node, list):
+            try:
+                idx = int(key)
+                node[idx]
+            except (ValueError, IndexError):
+                raise InputError(f"--set {dotted}: {'.'.join(keys[:i])} has no item {key!r}") from None
+            if last:
+                node[idx] = value
+            else:
+                node = node[idx]
+        elif isinstance(node, dict):
+            if last:
+                node[key] = value
+            else:
+                node = node.setdefault(key, {})
+        else:
+            raise InputError(f"--set {dotted}: {'.'.join(keys[:i])} is not a mapping")
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise InputError(f"--set {text}: expected KEY=VALUE")
+    key, value = text.split("=", 1)
+    return key.strip(), yaml.safe_load(value)
+
+
+def from_dict(raw: dict, origin: str) -> Config:
+    """Validate a raw tree; errors become one InputError line naming the field."""
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise InputError(f"{origin}: {loc}: {first['msg']}{more}") from None
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise InputError(f"{path}: cannot read config ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise InputError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: a config is a YAML mapping")
+    raw = copy.deepcopy(raw)
+    for text in overrides:
+        set_dotted(raw, *parse_override(text))
+    raw.setdefault("base_dir", str(path.resolve().parent))
+    return from_dict(raw, str(path))
+
+
+def schema() -> dict:
+    return Config.model_json_schema()

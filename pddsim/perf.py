@@ -1,0 +1,88 @@
+"""How long one batch iteration takes on an instance.
+
+The roofline model (default) prices an iteration as the larger of its compute time and its HBM time,
+plus tensor-parallel all-reduces and a fixed per-iteration overhead. Weights are read once per
+iteration, so a small prefill chunk pays the same weight read as a large one: that is what makes
+unbatched tail chunks expensive. Every running request's KV is read too, so decode slows as contexts
+grow. The table model replaces the roofline by measured iteration times interpolated from a CSV.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+from pddsim.catalog import DTYPE_BYTES, GpuSpec, ModelSpec
+from pddsim.errors import InputError
+
+ACT_BYTES = 2.0  # activations travel in BF16 in the tensor-parallel all-reduces
+
+
+class Roofline:
+    """Roofline iteration time for `model` on `tp` GPUs of type `gpu`."""
+
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, *, mfu: float, mbu: float,
+                 overhead_s: float, comm_latency_s: float):
+        peak_tflops = gpu.fp8_tflops if DTYPE_BYTES[model.weight_dtype] <= 1 else gpu.bf16_tflops
+        self.flops_per_s = tp * peak_tflops * 1e12 * mfu
+        self.bytes_per_s = tp * gpu.hbm_tbps * 1e12 * mbu
+        self.flops_per_token = 2.0 * model.active_params_b * 1e9
+        self.attn_flops = model.attn_flops_per_ctx_token
+        self.kv_bytes = model.kv_bytes_per_token
+        self.weight_bytes = model.weight_bytes
+        self.active_fraction = model.active_params_b / model.params_b
+        # two all-reduces per layer over tp GPUs (ring: 2(tp-1)/tp of the payload per GPU)
+        self.comm_s_per_token = (0.0 if tp == 1 else
+                                 2 * model.layers * 2 * (tp - 1) / tp * model.hidden_size * ACT_BYTES
+                                 / (gpu.interconnect_gbps * 1e9))
+        self.fixed_s = overhead_s + (0.0 if tp == 1 else 2 * model.layers * comm_latency_s)
+
+    def weights_read(self, tokens):
+        """Weight bytes one iteration reads: a MoE touches more experts as the batch grows."""
+        if self.active_fraction >= 1.0:
+            return self.weight_bytes
+        return self.weight_bytes * (1.0 - (1.0 - self.active_fraction) ** tokens)
+
+    def iteration(self, tokens, attn_pairs, kv_tokens_read):
+        """Time of one iteration: `tokens` computed, `attn_pairs` query x context token pairs
+        attended, `kv_tokens_read` tokens of KV cache read. Works on numpy arrays elementwise."""
+        compute = (tokens * self.flops_per_token + attn_pairs * self.attn_flops) / self.flops_per_s
+        memory = (self.weights_read(tokens) + kv_tokens_read * self.kv_bytes) / self.bytes_per_s
+        return np.maximum(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
+
+
+class MeasuredTable:
+    """Iteration times measured on real hardware, bilinear in (batch tokens, KV tokens read).
+
+    The CSV has columns `tokens,kv_tokens,time_s` on a full grid; outside it values are clamped.
+    """
+
+    def __init__(self, path: Path):
+        try:
+            with open(path, newline="") as f:
+                rows = [(float(r["tokens"]), float(r["kv_tokens"]), float(r["time_s"]))
+                        for r in csv.DictReader(f)]
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            raise InputError(f"{path}: perf table needs columns tokens,kv_tokens,time_s ({e})") from None
+        self.tok = np.unique([r[0] for r in rows])
+        self.kv = np.unique([r[1] for r in rows])
+        if len(rows) != len(self.tok) * len(self.kv):
+            raise InputError(f"{path}: perf table must be a full grid of tokens x kv_tokens")
+        grid = {(r[0], r[1]): r[2] for r in rows}
+        self.time = np.array([[grid[(t, k)] for k in self.kv] for t in self.tok])
+
+    def iteration(self, tokens, attn_pairs, kv_tokens_read):
+        tokens = np.asarray(tokens, dtype=float)
+        kv = np.broadcast_to(np.asarray(kv_tokens_read, dtype=float), tokens.shape)
+        ti = np.clip(np.searchsorted(self.tok, tokens) - 1, 0, max(len(self.tok) - 2, 0))
+        ki = np.clip(np.searchsorted(self.kv, kv) - 1, 0, max(len(self.kv) - 2, 0))
+        t0, t1 = self.tok[ti], self.tok[np.minimum(ti + 1, len(self.tok) - 1)]
+        k0, k1 = self.kv[ki], self.kv[np.minimum(ki + 1, len(self.kv) - 1)]
+        ft = np.clip(np.where(t1 > t0, (tokens - t0) / np.where(t1 > t0, t1 - t0, 1), 0), 0, 1)
+        fk = np.clip(np.where(k1 > k0, (kv - k0) / np.where(k1 > k0, k1 - k0, 1), 0), 0, 1)
+        g = self.time
+        ti1, ki1 = np.minimum(ti + 1, len(self.tok) - 1), np.minimum(ki + 1, len(self.kv) - 1)
+        out = ((1 - ft) * (1 - fk) * g[ti, ki] + ft * (1 - fk) * g[ti1, ki]
+               + (1 - ft) * fk * g[ti, ki1] + ft * fk * g[ti1, ki1])
+        return out if out.ndim else float(out)

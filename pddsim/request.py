@@ -1,0 +1,72 @@
+"""A request in flight: its trace entry, where it is, and its token stream so far.
+
+The stream is kept as three numbers (first token, last token, largest gap) plus a count, never as a
+per-token log. Finished requests leave only their record behind.
+"""
+from __future__ import annotations
+
+from pddsim.trace import TraceRequest
+
+
+class Request:
+    __slots__ = (
+        "idx", "trace", "arrival_s", "input_tokens", "output_tokens", "hash_ids", "block_tokens",
+        # outcome
+        "hit_tokens", "hit_tokens_decode", "first_token_s", "last_token_s", "max_gap_s", "tokens_out",
+        "finish_s", "failed", "pipeline", "wan_bytes", "wan_bytes_no_drc", "rdma_bytes",
+        "handoffs", "handoff_stall_s", "relay_tokens",
+        # engine state on the instance currently serving it
+        "prefill_left", "context", "decode_left", "ready_tokens", "start_iter", "finish_iter",
+        "reserved", "pinned_blocks", "inst", "decoding", "join_gap_pending",
+        # pipeline scratch (transfers, handoff progress)
+        "state",
+    )
+
+    def __init__(self, idx: int, trace: TraceRequest, arrival_s: float):
+        self.idx = idx
+        self.trace = trace
+        self.arrival_s = arrival_s
+        self.input_tokens = trace.input_tokens
+        self.output_tokens = max(1, trace.output_tokens)
+        self.hash_ids = trace.hash_ids
+        self.block_tokens = trace.block_tokens
+        self.hit_tokens = 0
+        self.hit_tokens_decode = 0
+        self.first_token_s = None
+        self.last_token_s = None
+        self.max_gap_s = 0.0
+        self.tokens_out = 0
+        self.finish_s = None
+        self.failed = None
+        self.pipeline = ""
+        self.wan_bytes = 0.0
+        self.wan_bytes_no_drc = 0.0
+        self.rdma_bytes = 0.0
+        self.handoffs = 0
+        self.handoff_stall_s = 0.0
+        self.relay_tokens = 0
+        self.prefill_left = 0
+        self.context = 0
+        self.decode_left = 0
+        self.ready_tokens = 0
+        self.start_iter = 0
+        self.finish_iter = 0
+        self.reserved = 0
+        self.pinned_blocks = 0
+        self.inst = None
+        self.decoding = False
+        self.join_gap_pending = False
+        self.state = None
+
+    def emit(self, now: float, n: int = 1) -> None:
+        """`n` tokens reach the user at `now`."""
+        if self.first_token_s is None:
+            self.first_token_s = now
+        elif now - self.last_token_s > self.max_gap_s:
+            self.max_gap_s = now - self.last_token_s
+        self.last_token_s = now
+        self.tokens_out += n
+
+    def cached_blocks_for(self, tokens: int) -> int:
+        """Whole hash blocks covered by the first `tokens` tokens."""
+        return min(len(self.hash_ids), tokens // self.block_tokens) if self.block_tokens else 0
