@@ -17,7 +17,7 @@ class Request:
         "handoffs", "handoff_stall_s", "relay_tokens",
         # engine state on the instance currently serving it
         "prefill_left", "context", "decode_left", "ready_tokens", "start_iter", "finish_iter",
-        "reserved", "pinned_blocks", "inst", "decoding", "join_gap_pending",
+        "reserved", "pinned_blocks", "uses_cache", "inst", "decoding", "join_gap_pending",
         # pipeline scratch (transfers, handoff progress)
         "state",
     )
@@ -53,6 +53,7 @@ class Request:
         self.finish_iter = 0
         self.reserved = 0
         self.pinned_blocks = 0
+        self.uses_cache = False
         self.inst = None
         self.decoding = False
         self.join_gap_pending = False
@@ -66,6 +67,21 @@ class Request:
             self.max_gap_s = now - self.last_token_s
         self.last_token_s = now
         self.tokens_out += n
+
+    def emit_run(self, now: float, n: int, longest_gap: float) -> None:
+        """`n` tokens were produced one per iteration, the last at `now`; no gap between them
+        exceeded `longest_gap` (the gap before the first is accounted by `mark_stream_resumed`)."""
+        if longest_gap > self.max_gap_s:
+            self.max_gap_s = longest_gap
+        self.last_token_s = now
+        self.tokens_out += n
+
+    def mark_stream_resumed(self, now: float) -> None:
+        """The first token of a decode run arrives at `now`: account the gap before it."""
+        if self.first_token_s is None:
+            self.first_token_s = now
+        elif now - self.last_token_s > self.max_gap_s:
+            self.max_gap_s = now - self.last_token_s
 
     def cached_blocks_for(self, tokens: int) -> int:
         """Whole hash blocks covered by the first `tokens` tokens."""

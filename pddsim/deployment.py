@@ -1,0 +1,82 @@
+"""Turns a config into live objects: instances per role with their memory and performance model,
+an RDMA link per cluster and the WAN between clusters. Converts config units to SI, once."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pddsim import catalog
+from pddsim.config import Config, LinkConfig
+from pddsim.errors import InputError
+from pddsim.instance import Instance
+from pddsim.network import Link, background_load
+from pddsim.perf import MeasuredTable, Roofline
+from pddsim.prefix_cache import PrefixCache
+
+GBIT = 1e9 / 8
+
+
+@dataclass
+class Deployment:
+    model: catalog.ModelSpec
+    pools: dict[str, list[Instance]] = field(default_factory=dict)
+    rdma: dict[str, Link] = field(default_factory=dict)
+    wan: Link | None = None
+
+    def link(self, src_cluster: str, dst_cluster: str) -> Link:
+        return self.rdma[src_cluster] if src_cluster == dst_cluster else self.wan
+
+    @property
+    def links(self) -> list[Link]:
+        return list(self.rdma.values()) + ([self.wan] if self.wan else [])
+
+
+def kv_capacity_tokens(cfg: Config, model: catalog.ModelSpec, gpu: catalog.GpuSpec, tp: int,
+                       where: str) -> int:
+    usable = tp * gpu.hbm_gb * 1e9 * cfg.batching.memory_utilization
+    free = usable - model.weight_bytes
+    block = cfg.batching.kv_block_tokens
+    tokens = int(free // model.kv_bytes_per_token) // block * block
+    if tokens < block:
+        raise InputError(
+            f"{where}: {model.name} weights ({model.weight_bytes / 1e9:.0f} GB) do not fit in "
+            f"{tp} x {gpu.name} ({usable / 1e9:.0f} GB usable) with room for KV cache; raise tp")
+    return tokens
+
+
+def make_link(env, name: str, lc: LinkConfig, rng: np.random.Generator) -> Link:
+    link = Link(env, name, lc.bandwidth_gbps * GBIT, lc.rtt_ms / 2e3,
+                None if lc.flow_cap_gbps is None else lc.flow_cap_gbps * GBIT)
+    if lc.background is not None:
+        b = lc.background
+        env.process(background_load(env, link, mean=b.mean, std=b.std, period_s=b.period_s,
+                                    correlation=b.correlation, rng=rng))
+    return link
+
+
+def build(env, cfg: Config, hooks, seed: int) -> Deployment:
+    model = catalog.model(cfg.model)
+    dep = Deployment(model=model)
+    table = MeasuredTable(cfg.resolve(cfg.perf.table)) if cfg.perf.kind == "table" else None
+    for ci, (cname, cluster) in enumerate(cfg.clusters.items()):
+        gpu = catalog.gpu(cluster.gpu)
+        dep.rdma[cname] = make_link(env, f"rdma:{cname}", cluster.rdma, np.random.default_rng([seed, 1, ci]))
+        for gi, group in enumerate(cluster.instances):
+            where = f"clusters.{cname}.instances.{gi}"
+            capacity = kv_capacity_tokens(cfg, model, gpu, group.tp, where)
+            perf = table or Roofline(model, gpu, group.tp, mfu=cfg.perf.mfu, mbu=cfg.perf.mbu,
+                                     overhead_s=cfg.perf.overhead_ms / 1e3,
+                                     comm_latency_s=cfg.perf.comm_latency_us / 1e6)
+            cache_tokens = {"prefill": cfg.prefix_cache.prefill_tokens,
+                            "colocated": cfg.prefix_cache.prefill_tokens,
+                            "decode": cfg.prefix_cache.decode_tokens}.get(group.role, 0)
+            pool = dep.pools.setdefault(group.role, [])
+            for _ in range(group.count):
+                cache = None if cache_tokens == 0 else PrefixCache(cache_tokens)
+                pool.append(Instance(env, f"{cname}/{group.role}{len(pool)}", group.role, cname,
+                                     perf=perf, kv_capacity_tokens=capacity, batching=cfg.batching,
+                                     cache=cache, hooks=hooks, tp=group.tp))
+    if cfg.wan is not None and len(cfg.clusters) == 2:
+        dep.wan = make_link(env, "wan", cfg.wan, np.random.default_rng([seed, 2]))
+    return dep

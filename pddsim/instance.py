@@ -1,0 +1,324 @@
+"""One serving instance: continuous batching with chunked prefill over paged KV memory.
+
+The engine runs one SimPy process per instance and yields once per *segment*: a single iteration
+when prefill chunks are in the batch, or k identical-membership decode iterations at once (k stops
+at the next request to finish or at the memory limit). Their times come from the performance model
+as one vector, so a request's tokens are derived arithmetically: it records the iteration index at
+which it joined, and on leaving it has produced (now - join) tokens. A request arriving mid-segment
+interrupts the process, which cuts the segment at the next iteration boundary: new work joins a batch
+only there, as in a real engine.
+
+Work on an instance is uniform: `prefill_left` tokens to compute (a prompt, a recompute after
+preemption, or the token IDs of an extend-decode handoff), whose last chunk yields one token, then
+`decode_left` tokens one per iteration. The role only decides what happens after prefill.
+"""
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from collections import deque
+
+import numpy as np
+import simpy
+
+from pddsim.prefix_cache import PrefixCache
+from pddsim.request import Request
+
+
+class Instance:
+    def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
+                 kv_capacity_tokens: int, batching, cache: PrefixCache | None, hooks, tp: int):
+        self.env = env
+        self.name = name
+        self.role = role
+        self.cluster = cluster
+        self.perf = perf
+        self.tp = tp
+        self.capacity = kv_capacity_tokens
+        self.block = batching.kv_block_tokens
+        self.token_budget = batching.token_budget
+        self.chunk = batching.prefill_chunk
+        self.max_batch = batching.max_batch
+        self.cache = cache
+        self.hooks = hooks                    # the pipeline: prefill_done / finished / failed
+        self.waiting: deque[Request] = deque()
+        self.prefilling: list[Request] = []
+        self.held = 0                         # KV tokens of admitted requests not decoding
+        self.iters = 0                        # decode iterations run so far
+        self.n_decoding = 0
+        self._ctx_base = 0                    # sum(context_at_join - start_iter) over decoders
+        self._finish_heap: list[tuple[int, int, Request]] = []
+        self._joined: list[Request] = []
+        self._seq = 0
+        self._seg_end: list[int] = []         # suffix-max stack of iteration times, by end iter
+        self._seg_max: list[float] = []
+        self.pending_prefill_tokens = 0
+        self.waiting_tokens = 0
+        self.busy_s = 0.0
+        self.tokens_decoded = 0
+        self.preemptions = 0
+        self._wake = None
+        self._interruptible = False
+        self.process = env.process(self._run())
+
+    # -- what routers see ---------------------------------------------------------------------
+    @property
+    def decode_context(self) -> int:
+        return self._ctx_base + self.n_decoding * self.iters
+
+    @property
+    def kv_load(self) -> int:
+        """KV tokens in use plus those already promised to waiting requests."""
+        return self.held + self.decode_context + self.waiting_tokens
+
+    def cached_tokens(self, req: Request) -> int:
+        if self.cache is None or not req.hash_ids:
+            return 0
+        return min(req.input_tokens, self.cache.match(req.hash_ids) * req.block_tokens)
+
+    # -- what pipelines call --------------------------------------------------------------------
+    def submit(self, req: Request, *, prefill: int, decode: int, context: int, ready: int = 0,
+               use_cache: bool = False) -> None:
+        """Queue work: compute `prefill` tokens over `context` resident ones, then decode `decode`
+        tokens (the prefill's last chunk yields the first of them). `ready` tokens were computed
+        elsewhere and reach the user when this instance admits the request. With `use_cache`, the
+        prompt's cached prefix is looked up at admission and skipped."""
+        req.inst = self
+        req.prefill_left = prefill
+        req.decode_left = decode
+        req.context = context
+        req.ready_tokens = ready
+        req.pinned_blocks = -1 if use_cache else 0
+        req.uses_cache = use_cache
+        req.decoding = False
+        self.pending_prefill_tokens += prefill
+        self.waiting_tokens += prefill + context
+        self.waiting.append(req)
+        self._poke()
+
+    def release(self, req: Request) -> None:
+        """A request whose prefill ended here no longer needs its KV (it has been shipped)."""
+        self.held -= req.reserved
+        req.reserved = 0
+        self._poke()
+
+    def take_over(self, req: Request) -> int:
+        """Remove a decoding request (handoff); returns the tokens it generated here."""
+        made = self._leave_decoding(req)
+        self._poke()
+        return made
+
+    # -- engine -----------------------------------------------------------------------------------
+    def _poke(self) -> None:
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+        elif self._interruptible:
+            self._interruptible = False
+            self.process.interrupt()
+
+    def _run(self):
+        env = self.env
+        while True:
+            self._admit()
+            if not self.prefilling and not self.n_decoding:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            chunks, times = self._plan()
+            if times is None:                 # nothing fits: memory was freed by preemption
+                continue
+            t0 = env.now
+            k = len(times)
+            cum = np.cumsum(times)
+            if k > 1:
+                self._interruptible = True
+                try:
+                    yield env.timeout(float(cum[-1]))
+                except simpy.Interrupt:
+                    done = min(int(np.searchsorted(cum, env.now - t0, side="right")) + 1, k)
+                    if cum[done - 1] > env.now - t0:
+                        yield env.timeout(float(cum[done - 1]) - (env.now - t0))
+                    k = done
+                self._interruptible = False
+            else:
+                yield env.timeout(float(cum[0]))
+            self._complete(chunks, times[:k], t0, float(cum[k - 1]))
+
+    def _admit(self) -> None:
+        now = self.env.now
+        while self.waiting:
+            req = self.waiting[0]
+            if req.pinned_blocks == -1:
+                self._lookup_prefix(req)
+            need = -(-(req.context + req.prefill_left) // self.block) * self.block
+            running = len(self.prefilling) + self.n_decoding
+            if running >= self.max_batch or self.held + self.decode_context + need > self.capacity:
+                if running == 0 and need > self.capacity:
+                    self._dequeue()
+                    self._unpin(req)
+                    self.pending_prefill_tokens -= req.prefill_left
+                    self.hooks.failed(req, self, "context exceeds the instance's KV memory")
+                    continue
+                return
+            self._dequeue()
+            if req.ready_tokens:
+                req.emit(now, req.ready_tokens)
+                req.ready_tokens = 0
+            if req.prefill_left:
+                req.reserved = need
+                self.held += need
+                self.prefilling.append(req)
+            else:
+                req.reserved = 0
+                self._join_decoding(req)
+                req.join_gap_pending = True
+                self._joined.append(req)
+
+    def _dequeue(self) -> Request:
+        req = self.waiting.popleft()
+        self.waiting_tokens -= req.prefill_left + req.context
+        return req
+
+    def _lookup_prefix(self, req: Request) -> None:
+        blocks = self.cache.match(req.hash_ids) if self.cache is not None and req.hash_ids else 0
+        hit = min(req.input_tokens - 1, blocks * req.block_tokens)   # the last token is computed
+        blocks = min(blocks, max(hit, 0) // req.block_tokens) if req.block_tokens else 0
+        if blocks:
+            self.cache.pin(req.hash_ids, blocks)
+        req.pinned_blocks = blocks
+        req.hit_tokens = blocks * req.block_tokens
+        self.pending_prefill_tokens -= req.hit_tokens
+        req.prefill_left = req.input_tokens - req.hit_tokens
+        req.context = req.hit_tokens
+
+    def _unpin(self, req: Request) -> None:
+        if req.pinned_blocks > 0:
+            self.cache.unpin(req.hash_ids, req.pinned_blocks)
+        req.pinned_blocks = 0
+
+    def _plan(self):
+        """Pick this segment's batch; returns (prefill chunks, iteration times) or (None, None)."""
+        n = self.n_decoding
+        ctx = self.decode_context
+        if self.prefilling:
+            budget = self.token_budget - n
+            chunks = []
+            tokens, pairs, kv_read = n, ctx, ctx
+            for req in self.prefilling:
+                if budget <= 0:
+                    break
+                c = min(req.prefill_left, self.chunk, budget)
+                chunks.append((req, c))
+                budget -= c
+                tokens += c
+                pairs += c * (req.context + c / 2)
+                kv_read += req.context
+            if chunks:
+                return chunks, np.atleast_1d(self.perf.iteration(tokens, pairs, kv_read))
+        # decode only: run until the next finish or until memory runs out
+        heap = self._finish_heap
+        while heap and (not heap[0][2].decoding or heap[0][2].inst is not self
+                        or heap[0][0] != heap[0][2].finish_iter):
+            heapq.heappop(heap)
+        k = heap[0][0] - self.iters
+        room = (self.capacity - self.held - ctx) // n
+        if room < 1:
+            self._preempt_newest()
+            return None, None
+        k = min(k, room)
+        ctxs = ctx + n * np.arange(k, dtype=float)
+        return (), np.atleast_1d(self.perf.iteration(n, ctxs, ctxs))
+
+    def _complete(self, chunks, times, t0: float, elapsed: float) -> None:
+        now = self.env.now
+        self.busy_s += elapsed
+        k = len(times)
+        if self.n_decoding:
+            self.tokens_decoded += k * self.n_decoding
+            self.iters += k
+            self._push_segment(float(times.max()))
+            if self._joined:
+                first = t0 + float(times[0])
+                for req in self._joined:
+                    if req.join_gap_pending and req.inst is self and req.decoding:
+                        req.mark_stream_resumed(first)
+                        req.join_gap_pending = False
+                self._joined.clear()
+        else:
+            self._joined.clear()
+        for req, c in chunks:
+            req.prefill_left -= c
+            req.context += c
+            self.pending_prefill_tokens -= c
+        if chunks:
+            self.prefilling = [r for r in self.prefilling if r.prefill_left > 0]
+            for req, _ in chunks:
+                if req.prefill_left == 0:
+                    self._prefill_done(req, now)
+        heap = self._finish_heap
+        while heap and heap[0][0] <= self.iters:
+            _, _, req = heapq.heappop(heap)
+            if req.decoding and req.inst is self and req.finish_iter <= self.iters:
+                self._leave_decoding(req)
+                self.hooks.finished(req, self)
+
+    def _prefill_done(self, req: Request, now: float) -> None:
+        if req.uses_cache and self.cache is not None and req.hash_ids:
+            self.cache.insert(req.hash_ids, req.block_tokens)
+            self._unpin(req)
+            req.uses_cache = False
+        if self.role == "prefill":
+            self.hooks.prefill_done(req, self)     # KV stays held until `release`
+            return
+        req.emit(now)
+        req.decode_left -= 1
+        self.held -= req.reserved
+        req.reserved = 0
+        if req.decode_left <= 0:
+            self.hooks.finished(req, self)
+        else:
+            self._join_decoding(req)
+
+    def _join_decoding(self, req: Request) -> None:
+        req.decoding = True
+        req.start_iter = self.iters
+        req.finish_iter = self.iters + req.decode_left
+        self.n_decoding += 1
+        self._ctx_base += req.context - self.iters
+        self._seq += 1
+        heapq.heappush(self._finish_heap, (req.finish_iter, self._seq, req))
+
+    def _leave_decoding(self, req: Request) -> int:
+        """Settle the tokens a decoder made here since it joined; returns their number."""
+        made = self.iters - req.start_iter
+        if made:
+            i = bisect_right(self._seg_end, req.start_iter)
+            req.emit_run(self.env.now, made, self._seg_max[i])
+        self.n_decoding -= 1
+        self._ctx_base -= req.context - req.start_iter
+        req.context += made
+        req.decode_left -= made
+        req.decoding = False
+        return made
+
+    def _push_segment(self, longest: float) -> None:
+        """Keep, for every suffix of past iterations, its longest iteration (monotone stack)."""
+        ends, maxes = self._seg_end, self._seg_max
+        while maxes and maxes[-1] <= longest:
+            maxes.pop()
+            ends.pop()
+        ends.append(self.iters)
+        maxes.append(longest)
+
+    def _preempt_newest(self) -> None:
+        """Out of KV memory: the most recently joined decoder gives its blocks back and will
+        recompute its whole context when readmitted (vLLM's recompute preemption)."""
+        victim = max((e[2] for e in self._finish_heap if e[2].decoding and e[2].inst is self),
+                     key=lambda r: r.start_iter)
+        self._leave_decoding(victim)
+        self.preemptions += 1
+        victim.prefill_left, victim.context = victim.context, 0
+        self.pending_prefill_tokens += victim.prefill_left
+        self.waiting_tokens += victim.prefill_left
+        self.waiting.appendleft(victim)

@@ -1,0 +1,91 @@
+"""How a request travels through a deployment. Each system is a pipeline: it dispatches arrivals to
+a pool, and instances call it back when a request's prefill is done, when it finishes, or when it
+cannot be served. Every request ends exactly once, through `_end`."""
+from __future__ import annotations
+
+from typing import Callable
+
+from pddsim.deployment import Deployment
+from pddsim.request import Request
+
+
+class Pipeline:
+    def __init__(self, env, routers: dict, on_end: Callable[[Request], None]):
+        self.env = env
+        self.routers = routers
+        self.on_end = on_end
+        self.dep: Deployment | None = None   # set once built: instances need the pipeline first
+
+    def dispatch(self, req: Request) -> None:
+        raise NotImplementedError
+
+    def prefill_done(self, req: Request, inst) -> None:
+        raise NotImplementedError
+
+    def finished(self, req: Request, inst) -> None:
+        self._end(req)
+
+    def failed(self, req: Request, inst, reason: str) -> None:
+        req.failed = f"{inst.name}: {reason}"
+        self._end(req)
+
+    def _end(self, req: Request) -> None:
+        req.finish_s = self.env.now
+        req.inst = None
+        self.on_end(req)
+
+
+class Colocated(Pipeline):
+    """Prefill and decode in one instance (Sarathi-style mixed batches): the non-disaggregated baseline."""
+
+    name = "colocated"
+
+    def dispatch(self, req: Request) -> None:
+        req.pipeline = "colocated"
+        inst = self.routers["prefill"].pick(self.dep.pools["colocated"], req)
+        inst.submit(req, prefill=req.input_tokens, decode=req.output_tokens, context=0, use_cache=True)
+
+
+class Disaggregated(Pipeline):
+    """PD: prefill on a prefill instance, the KV the decode side lacks shipped over RDMA (same
+    cluster) or the WAN, decode on a decode instance, which streams to the user. The first token,
+    made by the prefill, reaches the user when the decode instance takes the request."""
+
+    name = "pd"
+
+    def dispatch(self, req: Request) -> None:
+        req.pipeline = "p_d"
+        inst = self.routers["prefill"].pick(self.dep.pools["prefill"], req)
+        inst.submit(req, prefill=req.input_tokens, decode=0, context=0, use_cache=True)
+
+    def prefill_done(self, req: Request, p) -> None:
+        d = self.routers["decode"].pick(self.dep.pools["decode"], req)
+        self.ship_kv(req, p, d, lambda: self._kv_arrived(req, p, d))
+
+    def ship_kv(self, req: Request, src, dst, on_arrival) -> object:
+        """Send the prompt KV that `dst` lacks (a decode-side cache holds the rest)."""
+        have = dst.cached_tokens(req)
+        if dst.cache is not None:
+            req.hit_tokens_decode = have
+        kv = self.dep.model.kv_bytes_per_token
+        nbytes = (req.input_tokens - have) * kv
+        link = self.dep.link(src.cluster, dst.cluster)
+        if link is self.dep.wan:
+            req.wan_bytes += nbytes
+            req.wan_bytes_no_drc += req.input_tokens * kv
+        else:
+            req.rdma_bytes += nbytes
+        return link.send(nbytes, on_arrival)
+
+    def _kv_arrived(self, req: Request, p, d) -> None:
+        p.release(req)
+        if d.cache is not None and req.hash_ids:
+            d.cache.insert(req.hash_ids, req.block_tokens)
+        if req.output_tokens == 1:
+            req.emit(self.env.now)
+            self._end(req)
+            return
+        d.submit(req, prefill=0, decode=req.output_tokens - 1, context=req.input_tokens + 1, ready=1)
+
+
+PIPELINES = {"colocated": Colocated, "pd": Disaggregated}

@@ -1,0 +1,40 @@
+"""Routing policies: which instance of a pool serves a request. Chosen by name in the config."""
+from __future__ import annotations
+
+from itertools import count
+
+from pddsim.errors import InputError
+
+
+class CacheAffinity:
+    """Least estimated prefill work ahead, own uncached tokens included: a session's next turn goes
+    where its prefix is cached unless that instance is busier by more than the cache saves."""
+
+    def pick(self, instances, req):
+        return min(instances, key=lambda i: i.pending_prefill_tokens + req.input_tokens
+                   - i.cached_tokens(req))
+
+
+class LeastLoaded:
+    """Fewest KV tokens in use or promised: the decode-side balance."""
+
+    def pick(self, instances, req):
+        return min(instances, key=lambda i: i.kv_load)
+
+
+class RoundRobin:
+    def __init__(self):
+        self._next = count()
+
+    def pick(self, instances, req):
+        return instances[next(self._next) % len(instances)]
+
+
+ROUTERS = {"cache_affinity": CacheAffinity, "least_loaded": LeastLoaded, "round_robin": RoundRobin}
+
+
+def make_router(name: str, field: str):
+    try:
+        return ROUTERS[name]()
+    except KeyError:
+        raise InputError(f"{field}: unknown router {name!r}; known: {', '.join(ROUTERS)}") from None
