@@ -80,3 +80,12 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
     if cfg.wan is not None and len(cfg.clusters) == 2:
         dep.wan = make_link(env, "wan", cfg.wan, np.random.default_rng([seed, 2]))
     return dep
+
+
+def check(cfg: Config) -> None:
+    """Raise InputError if any instance group cannot hold its model with room for KV."""
+    model = catalog.model(cfg.model)
+    for cname, cluster in cfg.clusters.items():
+        gpu = catalog.gpu(cluster.gpu)
+        for gi, group in enumerate(cluster.instances):
+            kv_capacity_tokens(cfg, model, gpu, group.tp, f"clusters.{cname}.instances.{gi}")

@@ -73,8 +73,8 @@ class MeasuredTable:
         self.time = np.array([[grid[(t, k)] for k in self.kv] for t in self.tok])
 
     def iteration(self, tokens, attn_pairs, kv_tokens_read):
-        tokens = np.asarray(tokens, dtype=float)
-        kv = np.broadcast_to(np.asarray(kv_tokens_read, dtype=float), tokens.shape)
+        tokens, kv = np.broadcast_arrays(np.asarray(tokens, dtype=float),
+                                         np.asarray(kv_tokens_read, dtype=float))
         ti = np.clip(np.searchsorted(self.tok, tokens) - 1, 0, max(len(self.tok) - 2, 0))
         ki = np.clip(np.searchsorted(self.kv, kv) - 1, 0, max(len(self.kv) - 2, 0))
         t0, t1 = self.tok[ti], self.tok[np.minimum(ti + 1, len(self.tok) - 1)]

@@ -31,6 +31,8 @@ from pddsim.trace import Workload
 class Result:
     summary: dict
     requests: pd.DataFrame
+    links: dict[str, dict[str, float]]      # per link: bytes carried, busy seconds, flows
+    instances: pd.DataFrame                 # per instance: role, busy share, tokens, preemptions
 
     def write(self, out_dir: str | Path) -> None:
         out = Path(out_dir)
@@ -93,4 +95,10 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     df = recorder.frame(cfg.slo)
     summary = summarize(df, system=cfg.name, sim_duration_s=env.now,
                         cost_per_hour=cost_per_hour(cfg), wall_s=time.perf_counter() - wall0)
-    return Result(summary=summary, requests=df)
+    links = {l.name: {"bytes": l.bytes_carried, "busy_s": l.busy_s, "flows": l.flows_started}
+             for l in pipeline.dep.links}
+    instances = pd.DataFrame([
+        {"instance": i.name, "role": i.role, "busy_share": i.busy_s / max(env.now, 1e-12),
+         "tokens_decoded": i.tokens_decoded, "preemptions": i.preemptions}
+        for pool in pipeline.dep.pools.values() for i in pool])
+    return Result(summary=summary, requests=df, links=links, instances=instances)

@@ -1,0 +1,59 @@
+"""Small deployments built in code, with a linear measured-table performance model so that
+iteration times are exact: time = base + per_token * batch_tokens."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pddsim.config import from_dict
+from pddsim.trace import TraceRequest, Workload
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def linear_table(path: Path, base: float, per_token: float) -> Path:
+    rows = ["tokens,kv_tokens,time_s"]
+    for t in (0, 1_000_000):
+        for kv in (0, 10**10):
+            rows.append(f"{t},{kv},{base + per_token * t}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def config(tmp_path: Path, *, roles=(("prefill", 1), ("decode", 1)), base=0.01, per_token=1e-5,
+           wan=None, two_clusters=False, **overrides):
+    table = linear_table(tmp_path / "perf.csv", base, per_token)
+    groups = [{"role": r, "count": n, "tp": 8} for r, n in roles]
+    raw = {
+        "name": "t",
+        "model": "llama-3.1-70b",
+        "clusters": {"a": {"gpu": "h100-sxm", "rdma": {"bandwidth_gbps": 400}, "instances": groups}},
+        "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
+        "perf": {"kind": "table", "table": str(table)},
+        "workload": {"trace": "unused.jsonl"},
+    }
+    if two_clusters:
+        pre = [g for g in groups if g["role"] == "prefill"]
+        dec = [g for g in groups if g["role"] != "prefill"]
+        raw["clusters"] = {"a": {"gpu": "h100-sxm", "rdma": {"bandwidth_gbps": 400}, "instances": pre},
+                           "b": {"gpu": "h100-sxm", "rdma": {"bandwidth_gbps": 400}, "instances": dec}}
+        raw["wan"] = wan or {"bandwidth_gbps": 10, "rtt_ms": 20}
+    for key, value in overrides.items():
+        node = raw
+        *path, last = key.split("__")
+        for k in path:
+            node = node.setdefault(k, {})
+        node[last] = value
+    return from_dict(raw, "test")
+
+
+def workload(*reqs) -> Workload:
+    """reqs: (arrival_s, input_tokens, output_tokens[, hash_ids[, block_tokens]])."""
+    out = []
+    for r in reqs:
+        kw = {}
+        if len(r) > 3:
+            kw["hash_ids"] = tuple(r[3])
+        if len(r) > 4:
+            kw["block_tokens"] = r[4]
+        out.append(TraceRequest(arrival_s=r[0], input_tokens=r[1], output_tokens=r[2], **kw))
+    return Workload(out)
