@@ -126,24 +126,25 @@ class Instance:
                 self._wake = None
                 continue
             chunks, times = self._plan()
-            if times is None:                 # nothing fits: memory was freed by preemption
+            if chunks is None:                # out of memory: a decoder was preempted, re-plan
                 continue
             t0 = env.now
-            k = len(times)
-            cum = np.cumsum(times)
-            if k > 1:
-                self._interruptible = True
-                try:
-                    yield env.timeout(float(cum[-1]))
-                except simpy.Interrupt:
-                    done = min(int(np.searchsorted(cum, env.now - t0, side="right")) + 1, k)
-                    if cum[done - 1] > env.now - t0:
-                        yield env.timeout(float(cum[done - 1]) - (env.now - t0))
-                    k = done
-                self._interruptible = False
-            else:
-                yield env.timeout(float(cum[0]))
-            self._complete(chunks, times[:k], t0, float(cum[k - 1]))
+            if chunks:                        # one iteration with prefill in it
+                yield env.timeout(times)
+                self._complete(chunks, 1, t0, times, times, times)
+                continue
+            run = times
+            k = run.k
+            self._interruptible = True
+            try:
+                yield env.timeout(run.total_s)
+            except simpy.Interrupt:           # new work: stop at the next iteration boundary
+                k = run.cut(env.now - t0)
+                end = run.elapsed(k)
+                if end > env.now - t0:
+                    yield env.timeout(end - (env.now - t0))
+            self._interruptible = False
+            self._complete((), k, t0, run.first_s, run.longest(k), run.elapsed(k))
 
     def _admit(self) -> None:
         now = self.env.now
@@ -198,7 +199,9 @@ class Instance:
         req.pinned_blocks = 0
 
     def _plan(self):
-        """Pick this segment's batch; returns (prefill chunks, iteration times) or (None, None)."""
+        """Pick this segment's batch: (prefill chunks, the iteration's time) for one iteration
+        with prefill in it, ((), times) for a run of decode iterations, (None, None) when a
+        decoder had to be preempted first."""
         n = self.n_decoding
         ctx = self.decode_context
         if self.prefilling:
@@ -215,7 +218,7 @@ class Instance:
                 pairs += c * (req.context + c / 2)
                 kv_read += req.context
             if chunks:
-                return chunks, np.atleast_1d(self.perf.iteration(tokens, pairs, kv_read))
+                return chunks, self.perf.iteration(tokens, pairs, kv_read)
         # decode only: run until the next finish or until memory runs out
         heap = self._finish_heap
         while heap and (not heap[0][2].decoding or heap[0][2].inst is not self
@@ -226,20 +229,19 @@ class Instance:
         if room < 1:
             self._preempt_newest()
             return None, None
-        k = min(k, room)
-        ctxs = ctx + n * np.arange(k, dtype=float)
-        return (), np.atleast_1d(self.perf.iteration(n, ctxs, ctxs))
+        return (), self.perf.decode_run(n, ctx, min(k, room))
 
-    def _complete(self, chunks, times, t0: float, elapsed: float) -> None:
+    def _complete(self, chunks, k: int, t0: float, first_s: float, longest_s: float,
+                  elapsed: float) -> None:
+        """Account a finished segment of k iterations lasting `elapsed` seconds."""
         now = self.env.now
         self.busy_s += elapsed
-        k = len(times)
         if self.n_decoding:
             self.tokens_decoded += k * self.n_decoding
             self.iters += k
-            self._push_segment(float(times.max()))
+            self._push_segment(longest_s)
             if self._joined:
-                first = t0 + float(times[0])
+                first = t0 + first_s
                 for req in self._joined:
                     if req.join_gap_pending and req.inst is self and req.decoding:
                         req.mark_stream_resumed(first)

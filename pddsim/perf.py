@@ -38,18 +38,27 @@ class Roofline:
                                  / (gpu.interconnect_gbps * 1e9))
         self.fixed_s = overhead_s + (0.0 if tp == 1 else 2 * model.layers * comm_latency_s)
 
-    def weights_read(self, tokens):
+    def weights_read(self, tokens: int) -> float:
         """Weight bytes one iteration reads: a MoE touches more experts as the batch grows."""
         if self.active_fraction >= 1.0:
             return self.weight_bytes
         return self.weight_bytes * (1.0 - (1.0 - self.active_fraction) ** tokens)
 
-    def iteration(self, tokens, attn_pairs, kv_tokens_read):
+    def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float) -> float:
         """Time of one iteration: `tokens` computed, `attn_pairs` query x context token pairs
-        attended, `kv_tokens_read` tokens of KV cache read. Works on numpy arrays elementwise."""
+        attended, `kv_tokens_read` tokens of KV cache read."""
         compute = (tokens * self.flops_per_token + attn_pairs * self.attn_flops) / self.flops_per_s
         memory = (self.weights_read(tokens) + kv_tokens_read * self.kv_bytes) / self.bytes_per_s
-        return np.maximum(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
+        return max(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
+
+    def decode_run(self, n: int, context: int, k: int) -> "LinearRun":
+        """k decode iterations of n requests holding `context` KV tokens at the first, growing by
+        n tokens an iteration: both roofline terms are linear in the iteration index."""
+        compute = LinearTerm((n * self.flops_per_token + context * self.attn_flops) / self.flops_per_s,
+                             n * self.attn_flops / self.flops_per_s)
+        memory = LinearTerm((self.weights_read(n) + context * self.kv_bytes) / self.bytes_per_s,
+                            n * self.kv_bytes / self.bytes_per_s)
+        return LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s, k)
 
 
 class MeasuredTable:
@@ -72,9 +81,16 @@ class MeasuredTable:
         grid = {(r[0], r[1]): r[2] for r in rows}
         self.time = np.array([[grid[(t, k)] for k in self.kv] for t in self.tok])
 
-    def iteration(self, tokens, attn_pairs, kv_tokens_read):
-        tokens, kv = np.broadcast_arrays(np.asarray(tokens, dtype=float),
-                                         np.asarray(kv_tokens_read, dtype=float))
+    def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float) -> float:
+        return float(self._interpolate(np.asarray(tokens, dtype=float),
+                                       np.asarray(kv_tokens_read, dtype=float)))
+
+    def decode_run(self, n: int, context: int, k: int) -> "TabulatedRun":
+        ctx = context + n * np.arange(k, dtype=float)
+        return TabulatedRun(self._interpolate(np.full(k, float(n)), ctx))
+
+    def _interpolate(self, tokens: np.ndarray, kv: np.ndarray):
+        tokens, kv = np.broadcast_arrays(tokens, kv)
         ti = np.clip(np.searchsorted(self.tok, tokens) - 1, 0, max(len(self.tok) - 2, 0))
         ki = np.clip(np.searchsorted(self.kv, kv) - 1, 0, max(len(self.kv) - 2, 0))
         t0, t1 = self.tok[ti], self.tok[np.minimum(ti + 1, len(self.tok) - 1)]
@@ -85,4 +101,88 @@ class MeasuredTable:
         ti1, ki1 = np.minimum(ti + 1, len(self.tok) - 1), np.minimum(ki + 1, len(self.kv) - 1)
         out = ((1 - ft) * (1 - fk) * g[ti, ki] + ft * (1 - fk) * g[ti1, ki]
                + (1 - ft) * fk * g[ti, ki1] + ft * fk * g[ti1, ki1])
-        return out if out.ndim else float(out)
+        return out
+
+
+class LinearTerm:
+    """a + b*i: one roofline term over the iterations of a decode run."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: float, b: float):
+        self.a, self.b = a, b
+
+    def sum(self, lo: int, hi: int) -> float:
+        """Sum over i in [lo, hi)."""
+        m = hi - lo
+        return m * self.a + self.b * (lo + hi - 1) * m / 2 if m > 0 else 0.0
+
+
+class LinearRun:
+    """A run of k decode iterations, t(i) = max(compute(i), memory(i)) + fixed, in closed form:
+    the two terms cross at most once, so any prefix sum is two arithmetic series."""
+
+    __slots__ = ("compute", "memory", "fixed", "k", "early", "late", "split", "first_s", "total_s")
+
+    def __init__(self, compute: LinearTerm, memory: LinearTerm, fixed: float, k: int):
+        self.compute, self.memory, self.fixed, self.k = compute, memory, fixed, k
+        # `early` dominates iterations [0, split), `late` the rest
+        da, db = compute.a - memory.a, compute.b - memory.b
+        if db == 0:
+            self.early, self.late, self.split = (compute if da >= 0 else memory), None, k
+        elif db > 0:
+            self.early, self.late = memory, compute
+            self.split = min(max(int(np.ceil(-da / db)), 0), k)
+        else:
+            self.early, self.late = compute, memory
+            self.split = min(max(int(np.floor(-da / db)) + 1, 0), k)
+        self.first_s = self.at(0)
+        self.total_s = self.elapsed(k)
+
+    def at(self, i: int) -> float:
+        c = self.compute.a + self.compute.b * i
+        m = self.memory.a + self.memory.b * i
+        return (c if c > m else m) + self.fixed
+
+    def elapsed(self, m: int) -> float:
+        """Time of the first m iterations."""
+        j = min(self.split, m)
+        body = self.early.sum(0, j) + (self.late.sum(j, m) if m > j else 0.0)
+        return body + m * self.fixed
+
+    def longest(self, m: int) -> float:
+        """The longest of the first m iterations: both terms only grow, so the last."""
+        return self.at(m - 1)
+
+    def cut(self, t: float) -> int:
+        """Iterations finished at the first iteration boundary at or after time t."""
+        lo, hi = 1, self.k
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.elapsed(mid) >= t:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+
+class TabulatedRun:
+    """A run of decode iterations whose times are given one by one (measured-table model)."""
+
+    __slots__ = ("times", "cum", "k", "first_s", "total_s")
+
+    def __init__(self, times: np.ndarray):
+        self.times = times
+        self.cum = np.cumsum(times)
+        self.k = len(times)
+        self.first_s = float(times[0])
+        self.total_s = float(self.cum[-1])
+
+    def elapsed(self, m: int) -> float:
+        return float(self.cum[m - 1]) if m else 0.0
+
+    def longest(self, m: int) -> float:
+        return float(self.times[:m].max())
+
+    def cut(self, t: float) -> int:
+        return min(int(np.searchsorted(self.cum, t, side="left")) + 1, self.k)

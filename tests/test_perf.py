@@ -1,0 +1,86 @@
+"""Performance models on hand-computed cases."""
+import numpy as np
+import pytest
+
+from helpers import linear_table
+from pddsim import catalog
+from pddsim.perf import LinearRun, LinearTerm, MeasuredTable, Roofline
+
+LLAMA = catalog.model("llama-3.1-70b")
+H100 = catalog.gpu("h100-sxm")
+
+
+def roofline(tp=1, **kw):
+    args = dict(mfu=1.0, mbu=1.0, overhead_s=0.0, comm_latency_s=0.0) | kw
+    return Roofline(LLAMA, H100, tp, **args)
+
+
+def test_single_token_decode_is_the_weight_read():
+    assert roofline().iteration(1, 0, 0) == pytest.approx(70.6e9 * 2 / 3.35e12)
+
+
+def test_large_prefill_is_compute_bound():
+    t, pairs = 8192, 8192 * 4096                        # causal: each token sees half the chunk
+    flops = t * 2 * 70.6e9 + pairs * 4 * 64 * 128 * 80
+    assert roofline().iteration(t, pairs, 0) == pytest.approx(flops / 989.4e12)
+
+
+def test_decode_slows_as_every_context_is_read():
+    p = roofline()
+    assert p.iteration(64, 64 * 32000, 64 * 32000) == pytest.approx(
+        (141.2e9 + 64 * 32000 * 327_680) / 3.35e12)
+
+
+def test_small_prefill_chunks_cost_more_per_token():
+    p = roofline(overhead_s=0.002)
+    per_token = lambda c: p.iteration(c, c * c / 2, 0) / c
+    assert per_token(64) > 4 * per_token(4096)      # the weight read and overhead dominate
+
+
+def test_tensor_parallel_adds_all_reduces_and_overhead():
+    p1, p8 = roofline(), roofline(tp=8, comm_latency_s=8e-6)
+    allreduce = 2 * 80 * 2 * 7 / 8 * 8192 * 2 / 900e9   # per token
+    assert p8.iteration(1, 0, 0) == pytest.approx(p1.iteration(1, 0, 0) / 8 + allreduce + 160 * 8e-6)
+
+
+def test_moe_reads_more_experts_as_the_batch_grows():
+    qwen = catalog.model("qwen3-235b-a22b")
+    p = Roofline(qwen, H100, 8, mfu=1, mbu=1, overhead_s=0, comm_latency_s=0)
+    assert p.weights_read(1) == pytest.approx(qwen.weight_bytes * qwen.active_params_b / qwen.params_b)
+    assert p.weights_read(4096) == pytest.approx(qwen.weight_bytes, rel=1e-6)
+
+
+def test_decode_run_closed_form_matches_iteration_by_iteration():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        a, b, c, d = rng.uniform(0, 1, 4) * [1, rng.choice([0, 0.01, 1]), 1, rng.choice([0, 0.01, 1])]
+        k, fixed = int(rng.integers(1, 60)), rng.uniform(0, 0.1)
+        run = LinearRun(LinearTerm(a, b), LinearTerm(c, d), fixed, k)
+        times = np.maximum(a + b * np.arange(k), c + d * np.arange(k)) + fixed
+        for m in range(k + 1):
+            assert run.elapsed(m) == pytest.approx(times[:m].sum(), abs=1e-9)
+        assert run.longest(k) == pytest.approx(times.max())
+        t = rng.uniform(0, times.sum())
+        assert run.cut(t) == min(int(np.searchsorted(np.cumsum(times), t)) + 1, k)
+
+
+def test_roofline_decode_run_agrees_with_single_iterations():
+    p = roofline(tp=8, overhead_s=0.002, comm_latency_s=8e-6)
+    run = p.decode_run(32, 32 * 5000, 100)
+    singles = [p.iteration(32, 32 * 5000 + 32 * i, 32 * 5000 + 32 * i) for i in range(100)]
+    assert run.total_s == pytest.approx(sum(singles))
+
+
+def test_measured_table_interpolates_bilinearly(tmp_path):
+    table = MeasuredTable(linear_table(tmp_path / "t.csv", 0.01, 1e-5))
+    assert table.iteration(500, 0, 123) == pytest.approx(0.01 + 500e-5)
+    run = table.decode_run(4, 100, 10)
+    assert run.total_s == pytest.approx(10 * (0.01 + 4e-5))
+
+
+def test_measured_table_rejects_a_ragged_grid(tmp_path):
+    from pddsim.errors import InputError
+    path = tmp_path / "t.csv"
+    path.write_text("tokens,kv_tokens,time_s\n1,0,0.1\n2,0,0.2\n1,5,0.1\n")
+    with pytest.raises(InputError, match="full grid"):
+        MeasuredTable(path)
