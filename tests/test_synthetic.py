@@ -1,0 +1,113 @@
+from collections import defaultdict
+
+import pytest
+
+from pddsim.errors import InputError
+from pddsim.synthetic import AgentSpec, agent_workload, poisson_workload
+from pddsim.trace_stats import BUCKETS, trace_stats
+
+SMALL = AgentSpec(sessions=40)
+HIGH_HIT = ("[95,99)", "[99,100]")
+LOW_HIT = BUCKETS[:3]
+
+
+def _sessions(workload):
+    by_session = defaultdict(list)
+    for index, r in enumerate(workload.requests):
+        by_session[r.session_id].append(index)
+    return by_session
+
+
+def test_agent_same_seed_same_workload_other_seed_differs():
+    assert agent_workload(SMALL, 7).requests == agent_workload(SMALL, 7).requests
+    assert agent_workload(SMALL, 7).requests != agent_workload(SMALL, 8).requests
+
+
+def test_poisson_same_seed_same_workload_other_seed_differs():
+    def make(seed):
+        return poisson_workload(200, 2.0, 3000, 300, shared_prefix_tokens=1024, seed=seed)
+    assert make(1).requests == make(1).requests
+    assert make(1).requests != make(2).requests
+
+
+def test_poisson_shares_only_the_system_prompt():
+    w = poisson_workload(2000, 5.0, 4000, 200, shared_prefix_tokens=2048, block_tokens=512, seed=3)
+    shared = (0, 1, 2, 3)
+    assert all(r.hash_ids[:4] == shared for r in w.requests)
+    unique = [b for r in w.requests for b in r.hash_ids[4:]]
+    assert len(unique) == len(set(unique))
+    assert all(len(r.hash_ids) == -(-r.input_tokens // 512) for r in w.requests)
+    arrivals = [r.arrival_s for r in w.requests]
+    assert arrivals == sorted(arrivals)
+    assert sum(r.input_tokens for r in w.requests) / len(w) == pytest.approx(4000, rel=0.1)
+    assert len(w) / arrivals[-1] == pytest.approx(5.0, rel=0.1)
+
+
+def test_follows_point_to_the_previous_turn_of_the_same_session():
+    w = agent_workload(SMALL, 1)
+    arrivals = [r.arrival_s for r in w.requests]
+    assert arrivals == sorted(arrivals)
+    for turns in _sessions(w).values():
+        assert w.requests[turns[0]].follows == -1
+        for prev, cur in zip(turns, turns[1:]):
+            r, p = w.requests[cur], w.requests[prev]
+            assert r.follows == prev < cur
+            # open loop: the previous turn's estimated service, then the think time
+            expected = p.arrival_s + SMALL.service_s + SMALL.tpot_s * p.output_tokens + r.think_s
+            assert r.arrival_s == pytest.approx(expected)
+
+
+def test_each_turn_extends_the_previous_chain_unless_the_context_was_reset():
+    w = agent_workload(SMALL, 2)
+    system = SMALL.system_tokens // SMALL.block_tokens
+    resets = extensions = 0
+    for turns in _sessions(w).values():
+        for prev, cur in zip(turns, turns[1:]):
+            p, r = w.requests[prev], w.requests[cur]
+            full = p.input_tokens // p.block_tokens         # a partial last block is not shared
+            if r.hash_ids[:full] == p.hash_ids[:full] and r.input_tokens > p.input_tokens:
+                extensions += 1
+            else:
+                resets += 1
+                assert r.hash_ids[:system] == p.hash_ids[:system]
+                assert r.hash_ids[system] not in p.hash_ids
+    assert resets and extensions > 10 * resets
+
+
+def test_block_ids_are_prefix_hashes():
+    """Equal id => equal prefix: every id always sits at the same depth after the same parent."""
+    w = agent_workload(SMALL, 4)
+    parent = {}
+    for r in w.requests:
+        for depth, block in enumerate(r.hash_ids):
+            key = (depth, r.hash_ids[depth - 1] if depth else None)
+            assert parent.setdefault(block, key) == key
+
+
+def test_default_spec_reproduces_the_skewed_hit_rates():
+    stats = trace_stats(agent_workload(AgentSpec(), 0))
+    high = sum(stats["bucket_shares"][b] for b in HIGH_HIT)
+    assert 0.70 <= high <= 0.80
+    assert 0.85 <= stats["hit_rate_mean"] <= 0.95
+    assert stats["input_tokens"]["p50"] > 20_000
+
+
+def test_drift_moves_the_low_hit_share_over_time():
+    def low_share_change(drift):
+        w = agent_workload(AgentSpec(sessions=120, session_rate=0.02, drift=drift), 0)
+        halves = trace_stats(w, window_s=w.requests[-1].arrival_s / 2)["windows"]
+        first, last = (sum(h["bucket_shares"][b] for b in LOW_HIT) for h in halves)
+        return last - first
+    assert low_share_change("0:0.25,1:4") > low_share_change("") + 0.05
+
+
+@pytest.mark.parametrize("knobs", [{"sessions": 0}, {"reset_prob": 1.5}, {"sessions": 2.5},
+                                   {"drift": "0:1,1"}, {"drift": "1:1,0:2"}, {"drift": "x"}])
+def test_bad_knobs_are_input_errors(knobs):
+    with pytest.raises(InputError):
+        AgentSpec(**knobs)
+
+
+def test_poisson_rejects_a_prefix_longer_than_the_mean_input():
+    with pytest.raises(InputError):
+        poisson_workload(10, 1.0, 1000, 100, shared_prefix_tokens=2000, seed=0)
