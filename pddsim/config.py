@@ -116,7 +116,38 @@ class WorkloadConfig(Strict):
 
 class Policies(Strict):
     prefill_router: str = Field("cache_affinity", description="picks the prefill instance")
-    decode_router: str = Field("least_loaded", description="picks the decode instance")
+    decode_router: str = Field(
+        "least_loaded", description="picks the decode (MD) instance; cache_affinity keeps a "
+        "session on the decoder holding its prefix (DRC alignment), least_loaded does not")
+    relay_router: str = Field("least_loaded", description="picks the relay-decode (RLD) instance")
+
+
+class AnomalyFilter(Strict):
+    """Predict long-input / short-output requests at dispatch and finish them on the RLD."""
+
+    min_input_tokens: int = Field(ge=1)
+    max_output_tokens: int = Field(ge=1, description="predicted output at or below this")
+    predictor_sigma: float = Field(
+        0.0, ge=0, description="lognormal error of the output-length predictor (0: exact)")
+
+
+class Pdd(Strict):
+    """PDD's mechanisms: which path a request takes and how the RLD hands off to the MD."""
+
+    path_policy: Literal["wan_threshold", "oracle", "always_relay", "never_relay",
+                         "finish_on_relay"] = "wan_threshold"
+    relay_above_s: float = Field(
+        1.0, ge=0, description="relay when the WAN delta is expected to take longer than this")
+    handoff: Literal["one_shot", "catch_up", "adaptive"] = "adaptive"
+    catch_up_tokens: int = Field(64, ge=1, description="backlog above which catch-up hands over "
+                                 "in parts; it ends with at most this many tokens left")
+    adaptive_rld_load: float = Field(
+        0.7, gt=0, le=1, description="adaptive: one-shot when the RLD pool's KV use is above this")
+    token_id_bytes: float = Field(
+        15.0, gt=0, description="wire bytes per handed-off token ID (100 IDs ~ 1.5 KB, PDD.md 3.3)")
+    tpot_estimate_s: float = Field(
+        0.03, gt=0, description="decode step the oracle assumes when it predicts RLD finish times")
+    anomaly_filter: AnomalyFilter | None = None
 
 
 class Config(Strict):
@@ -130,6 +161,7 @@ class Config(Strict):
     perf: Perf = Perf()
     gpu_prices: dict[str, float] = Field(default_factory=dict, description="USD/GPU-hour overrides")
     policies: Policies = Policies()
+    pdd: Pdd = Pdd()
     workload: WorkloadConfig
     seed: int = 0
     base_dir: str = Field(".", description="where relative paths resolve (set by the loader)")
@@ -141,6 +173,11 @@ class Config(Strict):
             raise ValueError("colocated instances cannot be mixed with other roles")
         if "colocated" not in roles and not {"prefill", "decode"} <= roles:
             raise ValueError("a disaggregated system needs prefill and decode instances")
+        if "relay" in roles:
+            where = {g.role: c for c, cl in self.clusters.items() for g in cl.instances}
+            if where["relay"] != where["prefill"] or where["decode"] == where["prefill"]:
+                raise ValueError("PDD puts relay instances beside prefill and decode (MD) "
+                                 "instances in the other cluster")
         if len(self.clusters) > 2:
             raise ValueError("at most two clusters (one WAN line) are modelled")
         if len(self.clusters) == 2 and self.wan is None:

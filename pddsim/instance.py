@@ -10,7 +10,9 @@ only there, as in a real engine.
 
 Work on an instance is uniform: `prefill_left` tokens to compute (a prompt, a recompute after
 preemption, or the token IDs of an extend-decode handoff), whose last chunk yields one token, then
-`decode_left` tokens one per iteration. The role only decides what happens after prefill.
+`decode_left` tokens one per iteration; or, with `hold`, the computed KV is kept for the pipeline
+(a prefill whose KV will be shipped, a catch-up batch absorbed before the stream moves over).
+A decoder can be asked to leave (a handoff); like a join, that happens at an iteration boundary.
 """
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ class Instance:
         self._ctx_base = 0                    # sum(context_at_join - start_iter) over decoders
         self._finish_heap: list[tuple[int, int, Request]] = []
         self._joined: list[Request] = []
+        self._leaving: list[tuple[Request, object, bool]] = []
         self._seq = 0
         self._seg_end: list[int] = []         # suffix-max stack of iteration times, by end iter
         self._seg_max: list[float] = []
@@ -71,6 +74,12 @@ class Instance:
         """KV tokens in use plus those already promised to waiting requests."""
         return self.held + self.decode_context + self.waiting_tokens
 
+    @property
+    def load_tokens(self) -> int:
+        """The work a router weighs: prefill tokens queued on prefill-side instances, KV tokens
+        held or promised on decode-side ones."""
+        return self.pending_prefill_tokens if self.role in ("prefill", "colocated") else self.kv_load
+
     def cached_tokens(self, req: Request) -> int:
         if self.cache is None or not req.hash_ids:
             return 0
@@ -78,12 +87,14 @@ class Instance:
 
     # -- what pipelines call --------------------------------------------------------------------
     def submit(self, req: Request, *, prefill: int, decode: int, context: int, ready: int = 0,
-               use_cache: bool = False) -> None:
+               use_cache: bool = False, hold: bool = False) -> None:
         """Queue work: compute `prefill` tokens over `context` resident ones, then decode `decode`
-        tokens (the prefill's last chunk yields the first of them). `ready` tokens were computed
-        elsewhere and reach the user when this instance admits the request. With `use_cache`, the
-        prompt's cached prefix is looked up at admission and skipped."""
+        tokens (the prefill's last chunk yields the first of them), or with `hold` keep the KV and
+        call the pipeline's `prefill_done`. `ready` tokens were computed elsewhere and reach the
+        user when this instance admits the request. With `use_cache`, the prompt's cached prefix is
+        looked up at admission and skipped."""
         req.inst = self
+        req.hold = hold
         req.prefill_left = prefill
         req.decode_left = decode
         req.context = context
@@ -98,15 +109,20 @@ class Instance:
 
     def release(self, req: Request) -> None:
         """A request whose prefill ended here no longer needs its KV (it has been shipped)."""
-        self.held -= req.reserved
+        self.free(req.reserved)
         req.reserved = 0
+
+    def free(self, tokens: int) -> None:
+        """Give back KV held for work that moved on (a pipeline tracking it itself)."""
+        self.held -= tokens
         self._poke()
 
-    def take_over(self, req: Request) -> int:
-        """Remove a decoding request (handoff); returns the tokens it generated here."""
-        made = self._leave_decoding(req)
+    def at_boundary(self, req: Request, then, *, leave: bool) -> None:
+        """At the next iteration boundary call `then(req, tokens_made_here)`, with `leave` taking
+        the decoder out of the batch first (a handoff). Nothing happens for a request that
+        finishes first; one not admitted yet is served once it decodes."""
+        self._leaving.append((req, then, leave))
         self._poke()
-        return made
 
     # -- engine -----------------------------------------------------------------------------------
     def _poke(self) -> None:
@@ -119,6 +135,8 @@ class Instance:
     def _run(self):
         env = self.env
         while True:
+            if self._leaving:
+                self._release_leavers()
             self._admit()
             if not self.prefilling and not self.n_decoding:
                 self._wake = env.event()
@@ -224,7 +242,7 @@ class Instance:
         while heap and (not heap[0][2].decoding or heap[0][2].inst is not self
                         or heap[0][0] != heap[0][2].finish_iter):
             heapq.heappop(heap)
-        k = heap[0][0] - self.iters
+        k = 1 if self._leaving else heap[0][0] - self.iters   # someone waits for a boundary
         room = (self.capacity - self.held - ctx) // n
         if room < 1:
             self._preempt_newest()
@@ -270,10 +288,15 @@ class Instance:
             self.cache.insert(req.hash_ids, req.block_tokens)
             self._unpin(req)
             req.uses_cache = False
-        if self.role == "prefill":
-            self.hooks.prefill_done(req, self)     # KV stays held until `release`
+        if req.hold:
+            self.hooks.prefill_done(req, self)     # KV stays held until `release` or `stream`
             return
-        req.emit(now)
+        self.stream(req)
+
+    def stream(self, req: Request) -> None:
+        """The request's next token (made by its last prefill chunk) goes out now; then it
+        decodes here. Called by the engine, or by a pipeline for work it held."""
+        req.emit(self.env.now)
         req.decode_left -= 1
         self.held -= req.reserved
         req.reserved = 0
@@ -303,6 +326,14 @@ class Instance:
         req.decode_left -= made
         req.decoding = False
         return made
+
+    def _release_leavers(self) -> None:
+        leaving, self._leaving = self._leaving, []
+        for req, then, leave in leaving:
+            if req.decoding and req.inst is self:
+                then(req, self._leave_decoding(req) if leave else self.iters - req.start_iter)
+            elif req.inst is self:
+                self._leaving.append((req, then, leave))
 
     def _push_segment(self, longest: float) -> None:
         """Keep, for every suffix of past iterations, its longest iteration (monotone stack)."""

@@ -16,7 +16,7 @@ from pddsim.trace_stats import BUCKETS, hit_bucket
 FLOAT_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "itl_max_s", "e2e_s", "finish_s", "wan_bytes",
                  "wan_bytes_no_drc", "rdma_bytes", "handoff_stall_s")
 INT_COLUMNS = ("request", "session", "input_tokens", "output_tokens", "tokens_out", "hit_tokens",
-               "hit_tokens_decode", "handoffs", "relay_tokens")
+               "hit_tokens_decode", "handoffs", "handoff_tail_tokens", "relay_tokens")
 
 
 class Recorder:
@@ -55,6 +55,7 @@ class Recorder:
         i["hit_tokens"].append(req.hit_tokens)
         i["hit_tokens_decode"].append(req.hit_tokens_decode)
         i["handoffs"].append(req.handoffs)
+        i["handoff_tail_tokens"].append(req.handoff_tail_tokens)
         i["relay_tokens"].append(req.relay_tokens)
         self.pipeline.append(self._pipelines.setdefault(req.pipeline, len(self._pipelines)))
         self.failure.append(self._failures.setdefault(req.failed or "", len(self._failures)))
@@ -79,14 +80,26 @@ def _pct(series: pd.Series, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
-def summarize(df: pd.DataFrame, *, system: str, sim_duration_s: float, cost_per_hour: float,
-              wall_s: float) -> dict:
-    """The run's headline figures, all SI units. Latency statistics are over completed requests."""
+def _share(mask) -> float:
+    return float(mask.mean()) if len(mask) else 0.0
+
+
+def _pool_busy(instances: pd.DataFrame, role: str) -> float:
+    pool = instances[instances["role"] == role]
+    return float(pool["busy_share"].mean()) if len(pool) else 0.0
+
+
+def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_duration_s: float,
+              cost_per_hour: float, wall_s: float) -> dict:
+    """The run's headline figures, all SI units. Latency statistics are over completed requests;
+    a statistic with no sample (no handoff in a PD run, say) is None."""
     done = df[df["status"] == "completed"]
     dur = max(sim_duration_s, 1e-12)
     met = int(df["slo_met"].sum())
     goodput = met / dur
-    return {
+    to_decoder = df[df["pipeline"].isin(["p_d", "p_md", "p_rld_md"])]
+    handed = df[df["handoffs"] > 0]
+    summary = {
         "system": system,
         "requests_total": int(len(df)),
         "requests_completed": int(len(done)),
@@ -111,7 +124,20 @@ def summarize(df: pd.DataFrame, *, system: str, sim_duration_s: float, cost_per_
         "wan_bytes": float(df["wan_bytes"].sum()),
         "rdma_bytes": float(df["rdma_bytes"].sum()),
         "wall_s": wall_s,
+        "rld_token_share": float(df["relay_tokens"].sum() / max(df["tokens_out"].sum(), 1)),
+        "pipeline_p_md": _share(df["pipeline"] == "p_md"),
+        "pipeline_p_rld_md": _share(df["pipeline"] == "p_rld_md"),
+        "pipeline_rld_only": _share(df["pipeline"] == "p_rld"),
+        "handoffs_one_shot": int((df["handoffs"] == 1).sum()),
+        "handoffs_catch_up": int((df["handoffs"] > 1).sum()),
+        "handoff_stall_p99_s": _pct(handed["handoff_stall_s"], 99),
+        "prefix_hit_rate_md": float(to_decoder["hit_tokens_decode"].sum()
+                                    / max(to_decoder["input_tokens"].sum(), 1)),
+        "wan_bytes_no_drc": float(df["wan_bytes_no_drc"].sum()),
+        "rld_utilization": _pool_busy(instances, "relay"),
+        "md_utilization": _pool_busy(instances, "decode"),
     }
+    return {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in summary.items()}
 
 
 def by_bucket(df: pd.DataFrame) -> pd.DataFrame:

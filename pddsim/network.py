@@ -87,9 +87,10 @@ class Link:
     def in_flight(self) -> int:
         return self._active
 
-    def expected_transfer_s(self, nbytes: float) -> float:
-        """What a router can know: the time `nbytes` would take at the share it would get now."""
-        share = self.capacity_Bps / (self._active + 1)
+    def expected_transfer_s(self, nbytes: float, *, nominal: bool = True) -> float:
+        """The time `nbytes` would take at the share a new flow would get now: at the line rate
+        (what a router knows) or, with nominal=False, at what other traffic leaves (an oracle)."""
+        share = (self.bandwidth_Bps if nominal else self.capacity_Bps) / (self._active + 1)
         if self.flow_cap_Bps is not None:
             share = min(share, self.flow_cap_Bps)
         return nbytes / share + self.latency_s

@@ -56,7 +56,7 @@ class Disaggregated(Pipeline):
     def dispatch(self, req: Request) -> None:
         req.pipeline = "p_d"
         inst = self.routers["prefill"].pick(self.dep.pools["prefill"], req)
-        inst.submit(req, prefill=req.input_tokens, decode=0, context=0, use_cache=True)
+        inst.submit(req, prefill=req.input_tokens, decode=0, context=0, use_cache=True, hold=True)
 
     def prefill_done(self, req: Request, p) -> None:
         d = self.routers["decode"].pick(self.dep.pools["decode"], req)
@@ -86,6 +86,3 @@ class Disaggregated(Pipeline):
             self._end(req)
             return
         d.submit(req, prefill=0, decode=req.output_tokens - 1, context=req.input_tokens + 1, ready=1)
-
-
-PIPELINES = {"colocated": Colocated, "pd": Disaggregated}

@@ -14,10 +14,10 @@ class Request:
         # outcome
         "hit_tokens", "hit_tokens_decode", "first_token_s", "last_token_s", "max_gap_s", "tokens_out",
         "finish_s", "failed", "pipeline", "wan_bytes", "wan_bytes_no_drc", "rdma_bytes",
-        "handoffs", "handoff_stall_s", "relay_tokens",
+        "handoffs", "handoff_stall_s", "handoff_tail_tokens", "relay_tokens",
         # engine state on the instance currently serving it
         "prefill_left", "context", "decode_left", "ready_tokens", "start_iter", "finish_iter",
-        "reserved", "pinned_blocks", "uses_cache", "inst", "decoding", "join_gap_pending",
+        "reserved", "pinned_blocks", "uses_cache", "hold", "inst", "decoding", "join_gap_pending",
         # pipeline scratch (transfers, handoff progress)
         "state",
     )
@@ -44,6 +44,7 @@ class Request:
         self.rdma_bytes = 0.0
         self.handoffs = 0
         self.handoff_stall_s = 0.0
+        self.handoff_tail_tokens = 0
         self.relay_tokens = 0
         self.prefill_left = 0
         self.context = 0
@@ -54,6 +55,7 @@ class Request:
         self.reserved = 0
         self.pinned_blocks = 0
         self.uses_cache = False
+        self.hold = False
         self.inst = None
         self.decoding = False
         self.join_gap_pending = False

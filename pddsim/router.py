@@ -7,19 +7,20 @@ from pddsim.errors import InputError
 
 
 class CacheAffinity:
-    """Least estimated prefill work ahead, own uncached tokens included: a session's next turn goes
-    where its prefix is cached unless that instance is busier by more than the cache saves."""
+    """Least work ahead, this request's uncached tokens included: a session's next turn goes where
+    its prefix is cached unless that instance is busier by more than the cache saves. On a
+    decode-side pool with a decode-side cache this keeps a session on the decoder that holds its
+    prefix, aligned with the prefill side."""
 
     def pick(self, instances, req):
-        return min(instances, key=lambda i: i.pending_prefill_tokens + req.input_tokens
-                   - i.cached_tokens(req))
+        return min(instances, key=lambda i: i.load_tokens + req.input_tokens - i.cached_tokens(req))
 
 
 class LeastLoaded:
-    """Fewest KV tokens in use or promised: the decode-side balance."""
+    """Least work ahead (queued prefill tokens, or KV tokens held on a decoder)."""
 
     def pick(self, instances, req):
-        return min(instances, key=lambda i: i.kv_load)
+        return min(instances, key=lambda i: i.load_tokens)
 
 
 class RoundRobin:

@@ -20,7 +20,8 @@ from pddsim.cost import cost_per_hour
 from pddsim.deployment import build
 from pddsim.errors import InputError
 from pddsim.metrics import Recorder, summarize
-from pddsim.pipeline import PIPELINES
+from pddsim.pdd import PDD
+from pddsim.pipeline import Colocated, Disaggregated
 from pddsim.replay import Replay
 from pddsim.request import Request
 from pddsim.router import make_router
@@ -41,9 +42,14 @@ class Result:
         (out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
 
 
-def system_kind(cfg: Config) -> str:
+def make_pipeline(env, cfg: Config, routers, on_end, seed: int):
+    """The pipeline the deployment's roles call for."""
     roles = {g.role for c in cfg.clusters.values() for g in c.instances}
-    return "colocated" if "colocated" in roles else "pd"
+    if "colocated" in roles:
+        return Colocated(env, routers, on_end)
+    if "relay" in roles:
+        return PDD(env, routers, on_end, cfg.pdd, np.random.default_rng([seed, 4]))
+    return Disaggregated(env, routers, on_end)
 
 
 def load_workload(cfg: Config) -> Workload:
@@ -71,9 +77,9 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     seed = cfg.seed if seed is None else seed
     env = simpy.Environment()
     recorder = Recorder()
-    kind = system_kind(cfg)
     routers = {"prefill": make_router(cfg.policies.prefill_router, "policies.prefill_router"),
-               "decode": make_router(cfg.policies.decode_router, "policies.decode_router")}
+               "decode": make_router(cfg.policies.decode_router, "policies.decode_router"),
+               "relay": make_router(cfg.policies.relay_router, "policies.relay_router")}
     replay: Replay | None = None
 
     def on_end(req: Request) -> None:
@@ -82,7 +88,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         if on_progress is not None:
             on_progress(1)
 
-    pipeline = PIPELINES[kind](env, routers, on_end)
+    pipeline = make_pipeline(env, cfg, routers, on_end, seed)
     pipeline.dep = build(env, cfg, pipeline, seed)
     reqs = workload.requests
 
@@ -93,12 +99,12 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     replay.start()
     env.run(until=replay.all_ended)
     df = recorder.frame(cfg.slo)
-    summary = summarize(df, system=cfg.name, sim_duration_s=env.now,
-                        cost_per_hour=cost_per_hour(cfg), wall_s=time.perf_counter() - wall0)
     links = {l.name: {"bytes": l.bytes_carried, "busy_s": l.busy_s, "flows": l.flows_started}
              for l in pipeline.dep.links}
     instances = pd.DataFrame([
         {"instance": i.name, "role": i.role, "busy_share": i.busy_s / max(env.now, 1e-12),
          "tokens_decoded": i.tokens_decoded, "preemptions": i.preemptions}
         for pool in pipeline.dep.pools.values() for i in pool])
+    summary = summarize(df, instances, system=cfg.name, sim_duration_s=env.now,
+                        cost_per_hour=cost_per_hour(cfg), wall_s=time.perf_counter() - wall0)
     return Result(summary=summary, requests=df, links=links, instances=instances)

@@ -20,20 +20,21 @@ def linear_table(path: Path, base: float, per_token: float) -> Path:
 
 
 def config(tmp_path: Path, *, roles=(("prefill", 1), ("decode", 1)), base=0.01, per_token=1e-5,
-           wan=None, two_clusters=False, **overrides):
+           wan=None, two_clusters=False, roofline=False, **overrides):
+    """A one- or two-cluster deployment; `roofline` swaps the linear table for the default model."""
     table = linear_table(tmp_path / "perf.csv", base, per_token)
-    groups = [{"role": r, "count": n, "tp": 8} for r, n in roles]
+    groups = [{"role": r[0], "count": r[1], "tp": r[2] if len(r) > 2 else 8} for r in roles]
     raw = {
         "name": "t",
         "model": "llama-3.1-70b",
         "clusters": {"a": {"gpu": "h100-sxm", "rdma": {"bandwidth_gbps": 400}, "instances": groups}},
         "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
-        "perf": {"kind": "table", "table": str(table)},
+        "perf": {} if roofline else {"kind": "table", "table": str(table)},
         "workload": {"trace": "unused.jsonl"},
     }
     if two_clusters:
-        pre = [g for g in groups if g["role"] == "prefill"]
-        dec = [g for g in groups if g["role"] != "prefill"]
+        pre = [g for g in groups if g["role"] in ("prefill", "relay")]
+        dec = [g for g in groups if g["role"] not in ("prefill", "relay")]
         raw["clusters"] = {"a": {"gpu": "h100-sxm", "rdma": {"bandwidth_gbps": 400}, "instances": pre},
                            "b": {"gpu": "h100-sxm", "rdma": {"bandwidth_gbps": 400}, "instances": dec}}
         raw["wan"] = wan or {"bandwidth_gbps": 10, "rtt_ms": 20}

@@ -1,0 +1,75 @@
+"""Which PDD pipeline a request takes once its prefill is done, chosen by name in the config:
+
+* `p_md`: the KV the MD lacks crosses the WAN and the MD streams (high-hit requests: small delta);
+* `p_rld_md`: dual path, the RLD streams while the WAN carries the delta, then hands off;
+* `p_rld`: the RLD finishes the request and nothing crosses the WAN (anomalous traffic).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pddsim.config import Pdd
+
+
+class PathPolicy:
+    def __init__(self, cfg: Pdd, rng: np.random.Generator):
+        self.cfg = cfg
+        self.rng = rng
+
+    def choose(self, req, lacking_bytes: float, wan) -> str:
+        raise NotImplementedError
+
+    def anomalous(self, req) -> bool:
+        """The predictive filter: long input, and an output predicted short."""
+        f = self.cfg.anomaly_filter
+        if f is None or req.input_tokens < f.min_input_tokens:
+            return False
+        predicted = req.output_tokens
+        if f.predictor_sigma > 0:
+            predicted *= float(self.rng.lognormal(0.0, f.predictor_sigma))
+        return predicted <= f.max_output_tokens
+
+
+class WanThreshold(PathPolicy):
+    """Relay when the MD's missing KV would take longer than `relay_above_s` to cross at the
+    share of the line a new flow gets now: what a real router knows at dispatch."""
+
+    def choose(self, req, lacking_bytes, wan):
+        if self.anomalous(req):
+            return "p_rld"
+        slow = wan.expected_transfer_s(lacking_bytes) > self.cfg.relay_above_s
+        return "p_rld_md" if slow else "p_md"
+
+
+class Oracle(PathPolicy):
+    """An upper bound: knows the true output length and the bandwidth other traffic leaves now,
+    finishes on the RLD whatever ends before its KV would reach the MD."""
+
+    def choose(self, req, lacking_bytes, wan):
+        wan_s = wan.expected_transfer_s(lacking_bytes, nominal=False)
+        if req.output_tokens * self.cfg.tpot_estimate_s < wan_s:
+            return "p_rld"
+        return "p_rld_md" if wan_s > self.cfg.relay_above_s else "p_md"
+
+
+class AlwaysRelay(PathPolicy):
+    def choose(self, req, lacking_bytes, wan):
+        return "p_rld" if self.anomalous(req) else "p_rld_md"
+
+
+class NeverRelay(PathPolicy):
+    """Cross-datacenter PD with the decode-side cache: no latency hiding."""
+
+    def choose(self, req, lacking_bytes, wan):
+        return "p_md"
+
+
+class FinishOnRelay(WanThreshold):
+    """Ablation the paper warns against: low-hit requests are decoded to the end on the RLD."""
+
+    def choose(self, req, lacking_bytes, wan):
+        return "p_rld" if super().choose(req, lacking_bytes, wan) != "p_md" else "p_md"
+
+
+PATH_POLICIES = {"wan_threshold": WanThreshold, "oracle": Oracle, "always_relay": AlwaysRelay,
+                 "never_relay": NeverRelay, "finish_on_relay": FinishOnRelay}

@@ -1,0 +1,184 @@
+"""The PDD pipeline: Prefill and Relay-Decode in cluster A, Main-Decode in cluster B.
+
+After prefill the KV leaves on two paths at once: over RDMA to an RLD, which starts decoding and
+streams the first tokens (TTFT no longer waits for the WAN), and over the WAN to an MD, carrying
+only the blocks the MD's decode-side cache lacks. When the MD holds the prompt's KV, the RLD sends
+the IDs of the tokens it produced; the MD recomputes their KV in an extend step of its own batch
+and takes over the stream. A request whose RLD finishes first never needs the MD: its WAN transfer
+is cancelled. During a catch-up handoff the request decodes on the RLD while a shadow job of it
+absorbs the handed-over tokens on the MD, so each instance sees one job at a time.
+"""
+from __future__ import annotations
+
+from pddsim.handoff import HANDOFFS
+from pddsim.paths import PATH_POLICIES
+from pddsim.pipeline import Disaggregated
+from pddsim.request import Request
+
+
+class Relay:
+    """Per-request scratch of the PDD pipeline."""
+
+    __slots__ = ("req", "p", "p_held", "rld", "md", "shadow", "wan_flow", "transfers", "absorbed",
+                 "md_busy", "rounds", "final", "last_batch")
+
+    def __init__(self, req, p, md):
+        self.req, self.p, self.md, self.rld = req, p, md, None
+        self.p_held = req.reserved  # P's KV for the prompt, freed once both paths have sent it
+        req.reserved = 0
+        self.shadow = None        # the catch-up job absorbing tokens on the MD
+        self.wan_flow = None
+        self.transfers = 0        # KV transfers out of P still in flight
+        self.absorbed = 0         # generated tokens whose KV the MD already holds
+        self.md_busy = False      # an extend is queued or running on the MD
+        self.rounds = 0           # handoff messages sent
+        self.final = False        # the last handoff is under way
+        self.last_batch = 0
+
+
+class PDD(Disaggregated):
+    name = "pdd"
+
+    def __init__(self, env, routers, on_end, cfg, rng):
+        super().__init__(env, routers, on_end)
+        self.cfg = cfg
+        self.paths = PATH_POLICIES[cfg.path_policy](cfg, rng)
+        self.handoff = HANDOFFS[cfg.handoff](cfg)
+
+    def prefill_done(self, job: Request, inst) -> None:
+        if inst.role == "decode":
+            self._extend_done(job, inst)
+        else:
+            self._after_prefill(job, inst)
+
+    # -- after prefill: pick the MD and the path ---------------------------------------------------
+    def _after_prefill(self, req: Request, p) -> None:
+        md = self.routers["decode"].pick(self.dep.pools["decode"], req)
+        st = req.state = Relay(req, p, md)
+        lacking = (req.input_tokens - md.cached_tokens(req)) * self.dep.model.kv_bytes_per_token
+        req.pipeline = self.paths.choose(req, lacking, self.dep.wan)
+        if req.pipeline != "p_md":
+            st.rld = self.routers["relay"].pick(self.dep.pools["relay"], req)
+            st.transfers += 1
+            self.ship_kv(req, p, st.rld, lambda: self._relay_has_prompt(req))
+        if req.pipeline != "p_rld":
+            st.transfers += 1
+            st.wan_flow = self.ship_kv(req, p, md, lambda: self._md_has_prompt(req))
+
+    def _transfer_done(self, req: Request) -> None:
+        st = req.state
+        st.transfers -= 1
+        if st.transfers == 0:
+            st.p.free(st.p_held)
+
+    def _relay_has_prompt(self, req: Request) -> None:
+        self._transfer_done(req)
+        if req.output_tokens == 1:
+            req.emit(self.env.now)
+            self._end_on_relay(req)
+            return
+        req.state.rld.submit(req, prefill=0, decode=req.output_tokens - 1,
+                             context=req.input_tokens + 1, ready=1)
+
+    def _md_has_prompt(self, req: Request) -> None:
+        st = req.state
+        self._transfer_done(req)
+        if st.md.cache is not None and req.hash_ids:
+            st.md.cache.insert(req.hash_ids, req.block_tokens)
+        if req.finish_s is not None:            # finished on the RLD meanwhile
+            return
+        if req.pipeline == "p_md":
+            if req.output_tokens == 1:
+                req.emit(self.env.now)
+                self._end(req)
+                return
+            st.md.submit(req, prefill=0, decode=req.output_tokens - 1,
+                         context=req.input_tokens + 1, ready=1)
+            return
+        self._next_handoff(req)
+
+    # -- handoff: token IDs over the WAN, an extend step on the MD ----------------------------------
+    def _next_handoff(self, req: Request) -> None:
+        """At the RLD's next iteration boundary, hand over the backlog in part (catch-up: the RLD
+        keeps decoding) or finally (the RLD stops there)."""
+        req.state.rld.at_boundary(req, self._handoff_at_boundary, leave=False)
+
+    def _handoff_at_boundary(self, req: Request, made_here: int) -> None:
+        st = req.state
+        backlog = req.tokens_out + made_here - st.absorbed
+        # the next boundary, where a final handoff would leave, brings one more token
+        if self.handoff.catch_up(self.dep.pools["relay"], backlog + 1):
+            self._send_ids(req, backlog, final=False)
+        else:
+            st.final = True
+            st.rld.at_boundary(req, lambda r, _made: self._send_ids(r, r.tokens_out - st.absorbed,
+                                                                    final=True), leave=True)
+
+    def _send_ids(self, req: Request, n_ids: int, *, final: bool) -> None:
+        st = req.state
+        st.rounds += 1
+        st.last_batch = n_ids
+        st.md_busy = True
+        if final:
+            req.relay_tokens = req.tokens_out
+            req.handoff_tail_tokens = n_ids
+        nbytes = n_ids * self.cfg.token_id_bytes
+        req.wan_bytes += nbytes
+        self.dep.wan.send(nbytes, lambda: self._ids_arrived(req, n_ids, final))
+
+    def _ids_arrived(self, req: Request, n_ids: int, final: bool) -> None:
+        st = req.state
+        if req.finish_s is not None:
+            st.md_busy = False
+            self._md_drop(st)
+            return
+        context = req.input_tokens + st.absorbed
+        self._md_drop(st)                       # the extend re-reserves prompt + tokens so far
+        if final:
+            st.md.submit(req, prefill=max(n_ids, 1), decode=req.output_tokens - req.tokens_out,
+                         context=context, hold=True)
+            return
+        if st.shadow is None:
+            st.shadow = Request(req.idx, req.trace, req.arrival_s)
+            st.shadow.state = st
+        st.md.submit(st.shadow, prefill=n_ids, decode=0, context=context, hold=True)
+
+    def _extend_done(self, job: Request, md) -> None:
+        st = job.state
+        req = st.req
+        st.md_busy = False
+        if req.finish_s is not None:
+            self._md_drop(st)
+            return
+        st.absorbed = job.context - req.input_tokens
+        if job is not req:                      # a catch-up part: the RLD is still streaming
+            self._next_handoff(req)
+            return
+        req.handoffs = st.rounds
+        req.handoff_stall_s = self.env.now - req.last_token_s
+        md.stream(req)
+
+    def _md_drop(self, st: Relay) -> None:
+        """Free the KV a catch-up shadow holds on the MD."""
+        if st.shadow is not None and st.shadow.reserved:
+            st.md.release(st.shadow)
+
+    def finished(self, req: Request, inst) -> None:
+        if inst.role == "relay":
+            self._end_on_relay(req)
+        else:
+            self._end(req)
+
+    def _end_on_relay(self, req: Request) -> None:
+        """The RLD finished the request: the MD is no longer needed."""
+        st = req.state
+        req.relay_tokens = req.tokens_out
+        req.pipeline = "p_rld"
+        flow = st.wan_flow
+        if flow is not None and not flow.done:
+            self.dep.wan.cancel(flow)
+            req.wan_bytes -= flow.size - flow.sent      # only what left before the cancel crossed
+            self._transfer_done(req)
+        if not st.md_busy:
+            self._md_drop(st)
+        self._end(req)

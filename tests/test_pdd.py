@@ -1,0 +1,103 @@
+"""PDD's mechanisms: dual path, relay decode, extend-decode handoff, DRC, path policies."""
+import pytest
+
+from helpers import config, workload
+from pddsim.sim import simulate
+from pddsim.synthetic import poisson_workload
+
+KV = 327_680
+PDD_ROLES = (("prefill", 1), ("relay", 1), ("decode", 1))
+
+
+def pdd(tmp_path, wan_gbps=10, **pdd_cfg):
+    return config(tmp_path, roles=PDD_ROLES, two_clusters=True,
+                  wan={"bandwidth_gbps": wan_gbps, "rtt_ms": 20},
+                  prefix_cache={"decode_tokens": None}, policies={"decode_router": "cache_affinity"},
+                  pdd=pdd_cfg)
+
+
+def test_relay_streams_first_then_hands_off_without_gap_or_duplicate(tmp_path):
+    # 8k tokens of llama KV = 2.7 GB: ~2.1 s over 10 Gbps, the RLD streams meanwhile
+    cfg = pdd(tmp_path, handoff="one_shot", path_policy="always_relay")
+    res = simulate(cfg, workload((0.0, 8192, 400)))
+    r = res.requests.iloc[0]
+    assert r.pipeline == "p_rld_md"
+    assert r.tokens_out == r.output_tokens == 400
+    assert r.ttft_s < 0.2                         # set by the RLD, not by the WAN
+    assert r.handoffs == 1
+    assert 0 < r.relay_tokens < 400
+    wan = 8192 * KV / (10e9 / 8)
+    assert r.relay_tokens == pytest.approx(wan / 0.01, rel=0.1)   # ~one token per 10 ms iteration
+    assert r.handoff_stall_s >= 0.01              # one-way latency + the extend step
+    assert r.itl_max_s == pytest.approx(r.handoff_stall_s)
+    assert res.summary["rld_token_share"] == pytest.approx(r.relay_tokens / 400)
+
+
+def test_catch_up_ends_with_the_gap_at_or_under_the_threshold(tmp_path):
+    cfg = pdd(tmp_path, handoff="catch_up", path_policy="always_relay", catch_up_tokens=16)
+    r = simulate(cfg, workload((0.0, 8192, 600))).requests.iloc[0]
+    assert r.handoffs > 1
+    assert 1 <= r.handoff_tail_tokens <= 16
+    assert r.tokens_out == 600
+    one_shot = simulate(pdd(tmp_path, handoff="one_shot", path_policy="always_relay"),
+                        workload((0.0, 8192, 600))).requests.iloc[0]
+    assert r.handoff_stall_s < one_shot.handoff_stall_s      # small stalls instead of one big one
+    assert r.relay_tokens > one_shot.relay_tokens            # the RLD works longer
+
+
+def test_short_output_finishes_on_the_relay_and_cancels_the_wan(tmp_path):
+    cfg = pdd(tmp_path, path_policy="always_relay")
+    res = simulate(cfg, workload((0.0, 8192, 20)))
+    r = res.requests.iloc[0]
+    assert r.pipeline == "p_rld" and r.tokens_out == 20 and r.handoffs == 0
+    assert 0 < r.wan_bytes < 8192 * KV                      # cancelled part-way
+    assert res.links["wan"]["bytes"] == pytest.approx(r.wan_bytes)
+
+
+def test_predictive_filter_never_starts_the_wan(tmp_path):
+    cfg = pdd(tmp_path, anomaly_filter={"min_input_tokens": 4096, "max_output_tokens": 32})
+    r = simulate(cfg, workload((0.0, 8192, 20))).requests.iloc[0]
+    assert r.pipeline == "p_rld" and r.wan_bytes == 0
+
+
+def test_high_hit_request_goes_straight_to_the_md(tmp_path):
+    chain = list(range(1, 129))                         # 128 blocks of 64 tokens
+    w = workload((0.0, 8192, 400, chain, 64), (10.0, 8256, 400, chain + [999], 64))
+    df = simulate(pdd(tmp_path), w).requests
+    assert list(df.pipeline) == ["p_rld_md", "p_md"]   # cold first turn relayed, second not
+    assert df.hit_tokens_decode.iloc[1] == 8192
+    assert df.wan_bytes.iloc[1] == pytest.approx(64 * KV)   # DRC: only the new block crosses
+
+
+def test_drc_never_sends_a_block_the_md_holds(tmp_path):
+    w = poisson_workload(150, 3, 6000, 40, shared_prefix_tokens=4096, block_tokens=64, seed=2)
+    res = simulate(pdd(tmp_path, path_policy="never_relay"), w)
+    df = res.requests
+    assert (df.wan_bytes == (df.input_tokens - df.hit_tokens_decode) * KV).all()
+    later = df[df.arrival_s > df.finish_s.iloc[0]]           # once the first KV has landed
+    assert later.hit_tokens_decode.min() >= 4096             # the shared prefix is never resent
+    assert res.summary["wan_bytes"] < res.summary["wan_bytes_no_drc"]
+
+
+def test_finishing_on_the_relay_overloads_it(tmp_path):
+    """A small RLD (4 GPUs) masks latency for 8k-token prompts easily, but decoding 1,500 tokens
+    of each to the end fills its memory: preemptions, queueing, TTFT blows up (PDD.md 3.5)."""
+    def run(policy):
+        cfg = config(tmp_path, roles=(("prefill", 3), ("relay", 1, 4), ("decode", 2)),
+                     two_clusters=True, roofline=True, wan={"bandwidth_gbps": 100, "rtt_ms": 20},
+                     pdd={"relay_above_s": 0.1, "path_policy": policy})
+        return simulate(cfg, poisson_workload(300, 4, 8000, 1500, seed=4))
+    base, ablation = run("wan_threshold"), run("finish_on_relay")
+    assert ablation.summary["rld_utilization"] > base.summary["rld_utilization"] + 0.3
+    assert ablation.summary["ttft_p90_s"] > 10 * base.summary["ttft_p90_s"]
+    assert ablation.instances.preemptions.sum() > 0 == base.instances.preemptions.sum()
+
+
+@pytest.mark.parametrize("handoff", ["one_shot", "catch_up", "adaptive"])
+def test_every_token_arrives_under_load(tmp_path, handoff):
+    w = poisson_workload(400, 8, 6000, 200, shared_prefix_tokens=2048, block_tokens=64, seed=1)
+    res = simulate(pdd(tmp_path, handoff=handoff), w)
+    df = res.requests
+    assert (df.status == "completed").all()
+    assert (df.tokens_out == df.output_tokens).all()
+    assert res.links["wan"]["bytes"] == pytest.approx(df.wan_bytes.sum())
