@@ -196,7 +196,8 @@ def test_model_that_does_not_fit_names_the_instance_group(capsys, command):
 
 # ---- validate and schema -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("config", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("config", sorted(CONFIGS.rglob("*.yaml")),
+                         ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_validate_every_bundled_config(capsys, config):
     code, out, err = cli_run(capsys, "validate", config)
     assert code == 0, err
