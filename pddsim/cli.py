@@ -1,4 +1,4 @@
-"""Command line: `pddsim run | validate | schema | trace gen | trace stats`.
+"""Command line: `pddsim run | compare | capacity | check | validate | schema | trace | bench`.
 
 Bad input ends with one line on stderr and exit status 2; an internal error with exit status 1.
 """
@@ -20,7 +20,7 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit status 2 like any other bad input."""
 
     def error(self, message):
-        raise InputError(f"{self.prog}: {message}")
+        raise InputError(message)
 
 
 def _json(obj) -> str:
@@ -33,12 +33,16 @@ def _progress(total: int, quiet: bool):
                 disable=quiet or not sys.stderr.isatty())
 
 
+def _trace_values(args) -> dict:
+    """`--trace PATH` replaces the config's workload source (the path taken literally)."""
+    if not getattr(args, "trace", None):
+        return {}
+    return {"workload.trace": str(Path(args.trace).resolve()), "workload.synthetic": None}
+
+
 def _config(args):
     from pddsim.config import load_config
-    overrides = list(args.set or [])
-    if getattr(args, "trace", None):
-        overrides += [f"workload.trace={Path(args.trace).resolve()}", "workload.synthetic=null"]
-    return load_config(args.config or DEFAULT_CONFIG, overrides)
+    return load_config(args.config or DEFAULT_CONFIG, args.set or [], _trace_values(args))
 
 
 def cmd_run(args) -> int:
@@ -60,6 +64,65 @@ def cmd_run(args) -> int:
     if args.by_bucket:
         print(by_bucket(result.requests).to_string(float_format=lambda v: f"{v:.3f}"),
               file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from pddsim import paper
+    from pddsim.capacity import find_capacity
+    from pddsim.compare import format_table
+    from pddsim.config import load_config
+    from pddsim.sim import load_workload, simulate
+    paths = args.configs or paper.PAPER_CONFIGS
+    configs = [load_config(p, args.set or [], _trace_values(args)) for p in paths]
+    workload = load_workload(configs[0])          # one workload for every system
+    summaries = []
+    with _progress(len(configs) * len(workload), args.quiet) as bar:
+        for cfg in configs:
+            if args.capacity:
+                summaries.append(find_capacity(cfg, workload, seed=args.seed).summary())
+            else:
+                summaries.append(simulate(cfg, workload, args.seed, on_progress=bar.update).summary)
+    if args.json:
+        print(_json(summaries))
+        return 0
+    print(format_table(summaries))
+    if not args.configs:
+        print()
+        print(paper.format_figures(paper.figures_table(*summaries)))
+    return 0
+
+
+def cmd_capacity(args) -> int:
+    from pddsim.capacity import find_capacity
+    from pddsim.sim import load_workload
+    cfg = _config(args)
+    cap = find_capacity(cfg, load_workload(cfg), seed=args.seed)
+    summary = cap.summary()
+    if args.json:
+        print(_json(summary))
+    else:
+        print(f"capacity {cap.capacity_rps:.4g} req/s (time scale {cap.time_scale:.3g}) at "
+              f"SLO target {cfg.slo.target:.0%}: goodput {summary['goodput_rps']:.4g} req/s, "
+              f"cost ${summary['cost_per_hour']:.2f}/h, BCR {summary['bcr']:.4g} req/$")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from pddsim.golden import check, format_rows
+    rows = check(Path(args.golden))
+    print(format_rows(rows))
+    moved = [r for r in rows if not r["ok"]]
+    if moved:
+        print(f"{len(moved)} pinned figure(s) moved beyond tolerance", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_bench_handoff(args) -> int:
+    from pddsim.handoff_bench import HandoffBenchSpec, format_bench, handoff_microbenchmark
+    result = handoff_microbenchmark(HandoffBenchSpec(runs=args.runs), seed=args.seed)
+    print(_json(result) if args.json else format_bench(result))
     return 0
 
 
@@ -122,6 +185,36 @@ def parser() -> Parser:
     run.add_argument("--by-bucket", action="store_true", help="TTFT per prefix-hit-rate bucket")
     run.set_defaults(func=cmd_run)
 
+    cmp_ = sub.add_parser("compare", help="several systems on one workload, side by side "
+                          "(default: the PDD paper scenario, with the paper's figures)")
+    cmp_.add_argument("configs", nargs="*", help="scenario YAMLs; the first one's workload is used")
+    cmp_.add_argument("--set", action="append", metavar="KEY=VALUE", help="override in every config")
+    cmp_.add_argument("--trace", metavar="PATH", help="replay this trace in every system")
+    cmp_.add_argument("--seed", type=int)
+    cmp_.add_argument("--capacity", action="store_true",
+                      help="compare at each system's capacity (bisection; slower)")
+    cmp_.add_argument("--json", action="store_true", help="print a list of summaries")
+    cmp_.add_argument("--quiet", action="store_true")
+    cmp_.set_defaults(func=cmd_compare)
+
+    cap = sub.add_parser("capacity", help="highest arrival rate meeting the SLO target")
+    _add_config_args(cap)
+    cap.add_argument("--seed", type=int)
+    cap.add_argument("--json", action="store_true", help="capacity_rps plus the run summary")
+    cap.set_defaults(func=cmd_capacity)
+
+    chk = sub.add_parser("check", help="re-run pinned scenarios; exit 1 if a figure moved")
+    chk.add_argument("golden", help="golden YAML file")
+    chk.set_defaults(func=cmd_check)
+
+    bench = sub.add_parser("bench", help="microbenchmarks")
+    bsub = bench.add_subparsers(dest="bench_command", required=True, parser_class=Parser)
+    ho = bsub.add_parser("handoff", help="RLD->MD handoff of 100 tokens: ship KV vs send IDs")
+    ho.add_argument("--runs", type=int, default=1000)
+    ho.add_argument("--seed", type=int, default=0)
+    ho.add_argument("--json", action="store_true")
+    ho.set_defaults(func=cmd_bench_handoff)
+
     val = sub.add_parser("validate", help="check a config (and that its model fits its GPUs)")
     _add_config_args(val, trace=False)
     val.set_defaults(func=cmd_validate)
@@ -165,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:
         print(f"pddsim: {e}", file=sys.stderr)
         return 2
+    except SystemExit as e:          # --help
+        return e.code or 0
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

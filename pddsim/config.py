@@ -222,17 +222,21 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def from_dict(raw: dict, origin: str) -> Config:
-    """Validate a raw tree; errors become one InputError line naming the field."""
+    """Validate a raw tree; errors become one InputError line naming the field (an unknown field
+    first: it is usually the cause of the others)."""
     try:
         return Config.model_validate(raw)
     except ValidationError as e:
-        first = e.errors()[0]
+        errors = e.errors()
+        first = next((err for err in errors if err["type"] == "extra_forbidden"), errors[0])
         loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
         more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
         raise InputError(f"{origin}: {loc}: {first['msg']}{more}") from None
 
 
-def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
+def load_config(path: str | Path, overrides: list[str] = (), values: dict[str, Any] = {}) -> Config:
+    """Read, override (`KEY=VALUE` texts parsed as YAML, then `values` taken literally) and
+    validate a scenario."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -245,6 +249,8 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     raw = copy.deepcopy(raw)
     for text in overrides:
         set_dotted(raw, *parse_override(text))
+    for key, value in values.items():
+        set_dotted(raw, key, value)
     raw.setdefault("base_dir", str(path.resolve().parent))
     return from_dict(raw, str(path))
 

@@ -75,10 +75,11 @@ class Instance:
         return self.held + self.decode_context + self.waiting_tokens
 
     @property
-    def load_tokens(self) -> int:
-        """The work a router weighs: prefill tokens queued on prefill-side instances, KV tokens
-        held or promised on decode-side ones."""
-        return self.pending_prefill_tokens if self.role in ("prefill", "colocated") else self.kv_load
+    def queued_tokens(self) -> int:
+        """Work accepted but not started: prefill tokens still to compute on a prefill-side
+        instance, tokens waiting for admission (memory) on a decoder."""
+        return self.pending_prefill_tokens if self.role in ("prefill", "colocated") \
+            else self.waiting_tokens
 
     def cached_tokens(self, req: Request) -> int:
         if self.cache is None or not req.hash_ids:

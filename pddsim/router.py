@@ -7,20 +7,21 @@ from pddsim.errors import InputError
 
 
 class CacheAffinity:
-    """Least work ahead, this request's uncached tokens included: a session's next turn goes where
-    its prefix is cached unless that instance is busier by more than the cache saves. On a
+    """Least queued work, this request's uncached tokens included: a session's next turn goes where
+    its prefix is cached unless that instance is backed up by more than the cache saves. On a
     decode-side pool with a decode-side cache this keeps a session on the decoder that holds its
-    prefix, aligned with the prefill side."""
+    prefix (MD and P caches aligned) until that decoder runs out of memory and queues."""
 
     def pick(self, instances, req):
-        return min(instances, key=lambda i: i.load_tokens + req.input_tokens - i.cached_tokens(req))
+        return min(instances, key=lambda i: (i.queued_tokens + req.input_tokens - i.cached_tokens(req),
+                                             i.kv_load))
 
 
 class LeastLoaded:
-    """Least work ahead (queued prefill tokens, or KV tokens held on a decoder)."""
+    """Least queued work, then least KV in use."""
 
     def pick(self, instances, req):
-        return min(instances, key=lambda i: i.load_tokens)
+        return min(instances, key=lambda i: (i.queued_tokens, i.kv_load))
 
 
 class RoundRobin:

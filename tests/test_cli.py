@@ -276,8 +276,6 @@ def test_malformed_trace_line_is_named(capsys, broken_trace, argv):
     assert out == ""
 
 
-@pytest.mark.xfail(strict=True, reason="--trace is passed through `--set workload.trace=PATH`, so "
-                   "the path is parsed as YAML: ' #' starts a comment and ': ' makes a mapping")
 @pytest.mark.parametrize("folder", ["run #1", "a: b"])
 def test_run_trace_path_is_taken_literally(capsys, tmp_path, folder):
     path = tmp_path / folder / "t.jsonl"

@@ -1,0 +1,58 @@
+"""Several systems on the same workload, side by side, with deltas against the first."""
+from __future__ import annotations
+
+from pddsim.config import Config
+from pddsim.sim import simulate
+from pddsim.trace import Workload
+
+# (summary key, label, how to show it)
+ROWS = [
+    ("ttft_p50_s", "TTFT P50 s", "{:.3f}"),
+    ("ttft_p90_s", "TTFT P90 s", "{:.3f}"),
+    ("ttft_p99_s", "TTFT P99 s", "{:.3f}"),
+    ("ttft_mean_s", "TTFT mean s", "{:.3f}"),
+    ("tpot_mean_s", "TPOT mean s", "{:.4f}"),
+    ("itl_max_p99_s", "max ITL P99 s", "{:.3f}"),
+    ("slo_attainment", "SLO attainment", "{:.1%}"),
+    ("goodput_rps", "goodput rps", "{:.3f}"),
+    ("capacity_rps", "capacity rps", "{:.3f}"),
+    ("cost_per_hour", "cost $/h", "{:.1f}"),
+    ("bcr", "BCR req/$", "{:.2f}"),
+    ("rld_token_share", "RLD token share", "{:.1%}"),
+    ("wan_bytes", "WAN GB", "{:.0f}"),
+    ("prefix_hit_rate", "hit rate P", "{:.1%}"),
+    ("prefix_hit_rate_md", "hit rate MD", "{:.1%}"),
+]
+
+
+def run_all(configs: list[Config], workload: Workload, seed: int | None = None) -> list[dict]:
+    return [simulate(cfg, workload, seed).summary for cfg in configs]
+
+
+def _cell(fmt: str, key: str, value) -> str:
+    if value is None:
+        return "-"
+    return fmt.format(value / 1e9 if key == "wan_bytes" else value)
+
+
+def format_table(summaries: list[dict]) -> str:
+    """Metrics down, systems across; each system after the first also shows its relative delta."""
+    base = summaries[0]
+    header = ["metric"] + [s["system"] for s in summaries]
+    rows = [header]
+    for key, label, fmt in ROWS:
+        if all(key not in s for s in summaries):
+            continue
+        row = [label]
+        for i, s in enumerate(summaries):
+            cell = _cell(fmt, key, s.get(key))
+            b, v = base.get(key), s.get(key)
+            if i and b and v is not None:
+                cell += f" ({(v / b - 1):+.0%})"
+            row.append(cell)
+        rows.append(row)
+    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) if c == 0 else cell.rjust(w)
+                       for c, (cell, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,93 @@
+"""Pinned figures: a golden file names scenarios and the summary values they must reproduce within
+stated tolerances, so a CI pipeline fails when a change moves them.
+
+    scenarios:
+      - config: ../configs/paper/pdd.yaml        # relative to the golden file
+        set: [workload.synthetic.knobs.sessions=60]
+        seed: 0
+        pins:
+          ttft_p50_s: {value: 0.40, rel: 0.05}   # relative tolerance
+          rld_token_share: {value: 0.06, abs: 0.01}
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pddsim.config import load_config
+from pddsim.errors import InputError
+from pddsim.sim import load_workload, simulate
+
+
+class Pin(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    value: float | None
+    rel: float | None = Field(None, ge=0)
+    abs: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_tolerance(self):
+        if (self.rel is None) == (self.abs is None):
+            raise ValueError("give exactly one of rel and abs")
+        return self
+
+    def holds(self, got) -> bool:
+        if self.value is None or got is None:
+            return self.value is None and got is None
+        slack = self.abs if self.abs is not None else self.rel * abs(self.value)
+        return abs(got - self.value) <= slack
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    config: str
+    set: list[str] = []
+    seed: int | None = None
+    pins: dict[str, Pin] = Field(min_length=1)
+
+
+class Golden(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scenarios: list[Scenario] = Field(min_length=1)
+
+
+def load_golden(path: Path) -> Golden:
+    try:
+        return Golden.model_validate(yaml.safe_load(path.read_text()))
+    except OSError as e:
+        raise InputError(f"{path}: cannot read golden file ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise InputError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise InputError(f"{path}: {loc}: {first['msg']}") from None
+
+
+def check(path: Path) -> list[dict]:
+    """Re-run every scenario; one row per pinned figure with what it is now and whether it holds."""
+    golden = load_golden(path)
+    rows = []
+    for sc in golden.scenarios:
+        cfg = load_config(path.parent / sc.config, sc.set)
+        summary = simulate(cfg, load_workload(cfg), sc.seed).summary
+        for key, pin in sc.pins.items():
+            if key not in summary:
+                raise InputError(f"{path}: {cfg.name}: no summary key {key!r}")
+            got = summary[key]
+            rows.append({"scenario": cfg.name, "key": key, "pinned": pin.value, "got": got,
+                         "tolerance": f"±{pin.abs:g}" if pin.abs is not None else f"±{pin.rel:.0%}",
+                         "ok": pin.holds(got)})
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    def show(v):
+        return "None" if v is None else f"{v:.6g}"
+    lines = [f"{'scenario':<22} {'figure':<22} {'pinned':>12} {'now':>12} {'tolerance':>10}  status"]
+    for r in rows:
+        lines.append(f"{r['scenario']:<22} {r['key']:<22} {show(r['pinned']):>12} {show(r['got']):>12} "
+                     f"{r['tolerance']:>10}  {'ok' if r['ok'] else 'MOVED'}")
+    return "\n".join(lines)
