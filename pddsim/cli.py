@@ -69,20 +69,16 @@ def cmd_run(args) -> int:
 
 def cmd_compare(args) -> int:
     from pddsim import paper
-    from pddsim.capacity import find_capacity
-    from pddsim.compare import format_table
+    from pddsim.compare import compare, format_table
     from pddsim.config import load_config
-    from pddsim.sim import load_workload, simulate
+    from pddsim.sim import load_workload
     paths = args.configs or paper.PAPER_CONFIGS
     configs = [load_config(p, args.set or [], _trace_values(args)) for p in paths]
     workload = load_workload(configs[0])          # one workload for every system
-    summaries = []
+    capacity = not args.no_capacity and (args.capacity or not args.configs)
     with _progress(len(configs) * len(workload), args.quiet) as bar:
-        for cfg in configs:
-            if args.capacity:
-                summaries.append(find_capacity(cfg, workload, seed=args.seed).summary())
-            else:
-                summaries.append(simulate(cfg, workload, args.seed, on_progress=bar.update).summary)
+        summaries = compare(configs, workload, seed=args.seed, capacity=capacity,
+                            on_progress=bar.update)
     if args.json:
         print(_json(summaries))
         return 0
@@ -192,7 +188,8 @@ def parser() -> Parser:
     cmp_.add_argument("--trace", metavar="PATH", help="replay this trace in every system")
     cmp_.add_argument("--seed", type=int)
     cmp_.add_argument("--capacity", action="store_true",
-                      help="compare at each system's capacity (bisection; slower)")
+                      help="also search each system's capacity (bisection; on for the paper scenario)")
+    cmp_.add_argument("--no-capacity", action="store_true", help="skip the capacity search")
     cmp_.add_argument("--json", action="store_true", help="print a list of summaries")
     cmp_.add_argument("--quiet", action="store_true")
     cmp_.set_defaults(func=cmd_compare)

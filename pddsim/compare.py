@@ -1,6 +1,7 @@
 """Several systems on the same workload, side by side, with deltas against the first."""
 from __future__ import annotations
 
+from pddsim.capacity import find_capacity
 from pddsim.config import Config
 from pddsim.sim import simulate
 from pddsim.trace import Workload
@@ -16,6 +17,7 @@ ROWS = [
     ("slo_attainment", "SLO attainment", "{:.1%}"),
     ("goodput_rps", "goodput rps", "{:.3f}"),
     ("capacity_rps", "capacity rps", "{:.3f}"),
+    ("bcr_at_capacity", "BCR at capacity", "{:.2f}"),
     ("cost_per_hour", "cost $/h", "{:.1f}"),
     ("bcr", "BCR req/$", "{:.2f}"),
     ("rld_token_share", "RLD token share", "{:.1%}"),
@@ -25,8 +27,19 @@ ROWS = [
 ]
 
 
-def run_all(configs: list[Config], workload: Workload, seed: int | None = None) -> list[dict]:
-    return [simulate(cfg, workload, seed).summary for cfg in configs]
+def compare(configs: list[Config], workload: Workload, *, seed: int | None = None,
+            capacity: bool = False, on_progress=None) -> list[dict]:
+    """One summary per system at the workload's load; with `capacity`, each also gets the highest
+    rate at which it meets its SLO target (`capacity_rps`) and its BCR there."""
+    summaries = []
+    for cfg in configs:
+        summary = simulate(cfg, workload, seed, on_progress=on_progress).summary
+        if capacity:
+            cap = find_capacity(cfg, workload, seed=seed)
+            summary["capacity_rps"] = cap.capacity_rps
+            summary["bcr_at_capacity"] = cap.result.summary["bcr"]
+        summaries.append(summary)
+    return summaries
 
 
 def _cell(fmt: str, key: str, value) -> str:
