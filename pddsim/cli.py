@@ -106,10 +106,10 @@ def cmd_capacity(args) -> int:
 
 def cmd_check(args) -> int:
     from pddsim.golden import check, format_rows
-    rows = check(Path(args.golden))
+    rows = check(Path(args.golden), update=args.update)
     print(format_rows(rows))
     moved = [r for r in rows if not r["ok"]]
-    if moved:
+    if moved and not args.update:
         print(f"{len(moved)} pinned figure(s) moved beyond tolerance", file=sys.stderr)
         return 1
     return 0
@@ -202,6 +202,7 @@ def parser() -> Parser:
 
     chk = sub.add_parser("check", help="re-run pinned scenarios; exit 1 if a figure moved")
     chk.add_argument("golden", help="golden YAML file")
+    chk.add_argument("--update", action="store_true", help="re-pin: write today's values")
     chk.set_defaults(func=cmd_check)
 
     bench = sub.add_parser("bench", help="microbenchmarks")

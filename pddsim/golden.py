@@ -66,8 +66,10 @@ def load_golden(path: Path) -> Golden:
         raise InputError(f"{path}: {loc}: {first['msg']}") from None
 
 
-def check(path: Path) -> list[dict]:
-    """Re-run every scenario; one row per pinned figure with what it is now and whether it holds."""
+def check(path: Path, *, update: bool = False) -> list[dict]:
+    """Re-run every scenario; one row per pinned figure with what it is now and whether it holds.
+    With `update`, rewrite the file with the values of now (tolerances kept): for re-pinning after
+    an intended change."""
     golden = load_golden(path)
     rows = []
     for sc in golden.scenarios:
@@ -80,7 +82,13 @@ def check(path: Path) -> list[dict]:
             rows.append({"scenario": cfg.name, "key": key, "pinned": pin.value, "got": got,
                          "tolerance": f"±{pin.abs:g}" if pin.abs is not None else f"±{pin.rel:.0%}",
                          "ok": pin.holds(got)})
+            pin.value = got
+    if update:
+        path.write_text(HEADER + yaml.safe_dump(golden.model_dump(exclude_none=True), sort_keys=False))
     return rows
+
+
+HEADER = "# Pinned figures; re-pin after an intended change with `pddsim check FILE --update`.\n"
 
 
 def format_rows(rows: list[dict]) -> str:
