@@ -51,6 +51,17 @@ class Roofline:
         memory = (self.weights_read(tokens) + kv_tokens_read * self.kv_bytes) / self.bytes_per_s
         return max(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
 
+    def iterations(self, tokens: np.ndarray, attn_pairs: np.ndarray,
+                   kv_tokens_read: np.ndarray) -> np.ndarray:
+        """`iteration` over arrays: many independent iterations at once."""
+        tokens = np.asarray(tokens, dtype=float)
+        compute = (tokens * self.flops_per_token + np.asarray(attn_pairs) * self.attn_flops) \
+            / self.flops_per_s
+        weights = (self.weight_bytes if self.active_fraction >= 1.0 else
+                   self.weight_bytes * (1.0 - (1.0 - self.active_fraction) ** tokens))
+        memory = (weights + np.asarray(kv_tokens_read) * self.kv_bytes) / self.bytes_per_s
+        return np.maximum(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
+
     def decode_run(self, n: int, context: int, k: int) -> "LinearRun":
         """k decode iterations of n requests holding `context` KV tokens at the first, growing by
         n tokens an iteration: both roofline terms are linear in the iteration index."""
@@ -82,8 +93,11 @@ class MeasuredTable:
         self.time = np.array([[grid[(t, k)] for k in self.kv] for t in self.tok])
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float) -> float:
-        return float(self._interpolate(np.asarray(tokens, dtype=float),
-                                       np.asarray(kv_tokens_read, dtype=float)))
+        return float(self.iterations(tokens, attn_pairs, kv_tokens_read))
+
+    def iterations(self, tokens, attn_pairs, kv_tokens_read) -> np.ndarray:
+        return self._interpolate(np.asarray(tokens, dtype=float),
+                                 np.asarray(kv_tokens_read, dtype=float))
 
     def decode_run(self, n: int, context: int, k: int) -> "TabulatedRun":
         ctx = context + n * np.arange(k, dtype=float)

@@ -16,7 +16,6 @@ import simpy
 from pddsim.config import Config
 from pddsim.deployment import Deployment, build
 from pddsim.errors import InputError
-from pddsim.perf import MeasuredTable
 from pddsim.trace import Workload
 
 COLUMNS = ["session", "requests", "start_s", "end_s", "completion_s", "ideal_s", "slowdown"]
@@ -119,18 +118,8 @@ def _prefill_s(perf, context: np.ndarray, todo: np.ndarray, step: int) -> np.nda
     done = (np.arange(len(owner)) - (np.cumsum(chunks) - chunks)[owner]) * step
     tokens = np.minimum(step, todo[owner] - done)
     ctx = context[owner] + done
-    times = _iterations_s(perf, tokens, tokens * (ctx + tokens / 2), ctx)
+    times = perf.iterations(tokens, tokens * (ctx + tokens / 2), ctx)
     return np.bincount(owner, weights=times, minlength=len(todo))
-
-
-def _iterations_s(perf, tokens: np.ndarray, attn_pairs: np.ndarray,
-                  kv_read: np.ndarray) -> np.ndarray:
-    """Many iterations' times. The measured table interpolates whole arrays at once (one call per
-    iteration costs tens of microseconds); a roofline iteration is a microsecond a call."""
-    if isinstance(perf, MeasuredTable):
-        return perf._interpolate(tokens.astype(float), kv_read.astype(float))
-    return np.fromiter(map(perf.iteration, tokens.tolist(), attn_pairs.tolist(), kv_read.tolist()),
-                       dtype=float, count=len(tokens))
 
 
 def _decode_s(perf, context: np.ndarray, k: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ from pddsim.pipeline import Colocated, Disaggregated
 from pddsim.replay import Replay
 from pddsim.request import Request
 from pddsim.router import make_router
+from pddsim.sessions import session_summary, session_table
 from pddsim.trace import Workload
 
 
@@ -34,11 +35,13 @@ class Result:
     requests: pd.DataFrame
     links: dict[str, dict[str, float]]      # per link: bytes carried, busy seconds, flows
     instances: pd.DataFrame                 # per instance: role, busy share, tokens, preemptions
+    sessions: pd.DataFrame                  # per agent session: completion time and slowdown
 
     def write(self, out_dir: str | Path) -> None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.requests.to_parquet(out / "requests.parquet", index=False)
+        self.sessions.to_parquet(out / "sessions.parquet", index=False)
         (out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
 
 
@@ -105,6 +108,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         {"instance": i.name, "role": i.role, "busy_share": i.busy_s / max(env.now, 1e-12),
          "tokens_decoded": i.tokens_decoded, "preemptions": i.preemptions}
         for pool in pipeline.dep.pools.values() for i in pool])
+    sessions = session_table(cfg, workload, df)
     summary = summarize(df, instances, system=cfg.name, sim_duration_s=env.now,
                         cost_per_hour=cost_per_hour(cfg), wall_s=time.perf_counter() - wall0)
-    return Result(summary=summary, requests=df, links=links, instances=instances)
+    summary.update(session_summary(sessions))
+    return Result(summary=summary, requests=df, links=links, instances=instances, sessions=sessions)

@@ -71,6 +71,13 @@ def test_roofline_decode_run_agrees_with_single_iterations():
     assert run.total_s == pytest.approx(sum(singles))
 
 
+def test_vector_iterations_match_single_ones():
+    p = roofline(tp=8, overhead_s=0.002, comm_latency_s=8e-6)
+    tokens, pairs, kv = np.array([1, 64, 8192]), np.array([0, 64 * 900, 8192 * 4096]), np.array([0, 900, 0])
+    assert p.iterations(tokens, pairs, kv) == pytest.approx(
+        [p.iteration(t, a, k) for t, a, k in zip(tokens.tolist(), pairs.tolist(), kv.tolist())])
+
+
 def test_measured_table_interpolates_bilinearly(tmp_path):
     table = MeasuredTable(linear_table(tmp_path / "t.csv", 0.01, 1e-5))
     assert table.iteration(500, 0, 123) == pytest.approx(0.01 + 500e-5)
