@@ -114,12 +114,15 @@ class WorkloadConfig(Strict):
         return self
 
 
+Router = Literal["cache_affinity", "least_loaded", "round_robin"]
+
+
 class Policies(Strict):
-    prefill_router: str = Field("cache_affinity", description="picks the prefill instance")
-    decode_router: str = Field(
+    prefill_router: Router = Field("cache_affinity", description="picks the prefill instance")
+    decode_router: Router = Field(
         "least_loaded", description="picks the decode (MD) instance; cache_affinity keeps a "
         "session on the decoder holding its prefix (DRC alignment), least_loaded does not")
-    relay_router: str = Field("least_loaded", description="picks the relay-decode (RLD) instance")
+    relay_router: Router = Field("least_loaded", description="picks the relay-decode (RLD) instance")
 
 
 class AnomalyFilter(Strict):

@@ -80,9 +80,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     seed = cfg.seed if seed is None else seed
     env = simpy.Environment()
     recorder = Recorder()
-    routers = {"prefill": make_router(cfg.policies.prefill_router, "policies.prefill_router"),
-               "decode": make_router(cfg.policies.decode_router, "policies.decode_router"),
-               "relay": make_router(cfg.policies.relay_router, "policies.relay_router")}
+    routers = {pool: make_router(getattr(cfg.policies, f"{pool}_router"))
+               for pool in ("prefill", "decode", "relay")}
     replay: Replay | None = None
 
     def on_end(req: Request) -> None:
