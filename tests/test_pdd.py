@@ -101,3 +101,42 @@ def test_every_token_arrives_under_load(tmp_path, handoff):
     assert (df.status == "completed").all()
     assert (df.tokens_out == df.output_tokens).all()
     assert res.links["wan"]["bytes"] == pytest.approx(df.wan_bytes.sum())
+
+
+def _sessions(n_sessions=12, turns=8):
+    """Sessions whose turns extend a ~6k-token context, arriving interleaved."""
+    from pddsim.trace import TraceRequest, Workload
+    reqs, next_id = [], 10_000
+    for s in range(n_sessions):
+        chain = []
+        for t in range(turns):
+            chain = chain + list(range(next_id, next_id + (90 if t == 0 else 4)))
+            next_id += 90 if t == 0 else 4
+            reqs.append(TraceRequest(arrival_s=10.0 * t + 0.1 * s, input_tokens=64 * len(chain),
+                                     output_tokens=100, hash_ids=tuple(chain), block_tokens=64,
+                                     session_id=s))
+    reqs.sort(key=lambda r: r.arrival_s)
+    return Workload(reqs, sessions=n_sessions)
+
+
+def test_unaligned_md_routing_lets_the_md_cache_drift_behind(tmp_path):
+    """Without alignment a session's turns scatter over the MDs: the MD-side hit rate falls behind
+    the P side's and more KV crosses the WAN (the drift PDD.md 3.7 reports)."""
+    def run(router):
+        cfg = config(tmp_path, roles=(("prefill", 1), ("relay", 1), ("decode", 4)), two_clusters=True,
+                     wan={"bandwidth_gbps": 100, "rtt_ms": 20}, prefix_cache={"decode_tokens": None},
+                     policies={"decode_router": router}, pdd={"path_policy": "never_relay"})
+        return simulate(cfg, _sessions()).summary
+    aligned, drifting = run("cache_affinity"), run("least_loaded")
+    assert aligned["prefix_hit_rate_md"] > 0.8
+    assert drifting["prefix_hit_rate_md"] < aligned["prefix_hit_rate_md"] - 0.2
+    assert drifting["prefix_hit_rate"] == pytest.approx(aligned["prefix_hit_rate"])
+    assert drifting["wan_bytes"] > 1.5 * aligned["wan_bytes"]
+
+
+def test_drc_switch_off_sends_every_prompt_whole(tmp_path):
+    cfg = config(tmp_path, roles=PDD_ROLES, two_clusters=True, prefix_cache={"decode_tokens": 0},
+                 pdd={"path_policy": "never_relay"})
+    s = simulate(cfg, _sessions()).summary
+    assert s["wan_bytes"] == pytest.approx(s["wan_bytes_no_drc"])
+    assert s["prefix_hit_rate_md"] == 0

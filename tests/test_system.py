@@ -105,3 +105,19 @@ def test_closed_loop_issue_times_follow_finish_plus_think(tmp_path):
     df = simulate(cfg, w).requests.set_index("request")
     assert df.loc[1, "arrival_s"] == pytest.approx(df.loc[0, "finish_s"] + 2.5)
     assert df.loc[2, "arrival_s"] == pytest.approx(0.5)
+
+
+def test_sub_agent_branch_replays_beside_its_parent(tmp_path):
+    """Request 1 (a sub-agent) and request 2 (the parent's next turn) both follow request 0: in
+    closed loop both leave after it finishes, each after its own think time, and run at once."""
+    cfg = config(tmp_path, roles=(("colocated", 2),), workload={"trace": "x", "replay": "closed"})
+    w = Workload([TraceRequest(0.0, 200, 5, session_id=0),
+                  TraceRequest(1.0, 300, 300, session_id=0, think_s=0.5, follows=0),
+                  TraceRequest(2.0, 100, 5, session_id=0, think_s=1.5, follows=0),
+                  TraceRequest(3.0, 100, 5, session_id=0, think_s=0.2, follows=1)], sessions=1)
+    df = simulate(cfg, w).requests.set_index("request")
+    end0 = df.loc[0, "finish_s"]
+    assert df.loc[1, "arrival_s"] == pytest.approx(end0 + 0.5)
+    assert df.loc[2, "arrival_s"] == pytest.approx(end0 + 1.5)
+    assert df.loc[2, "arrival_s"] < df.loc[1, "finish_s"]          # concurrent with the sub-agent
+    assert df.loc[3, "arrival_s"] == pytest.approx(df.loc[1, "finish_s"] + 0.2)
