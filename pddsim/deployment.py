@@ -76,7 +76,7 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
                 cache = None if cache_tokens == 0 else PrefixCache(cache_tokens)
                 pool.append(Instance(env, f"{cname}/{group.role}{len(pool)}", group.role, cname,
                                      perf=perf, kv_capacity_tokens=capacity, batching=cfg.batching,
-                                     cache=cache, hooks=hooks, tp=group.tp))
+                                     cache=cache, hooks=hooks))
     if cfg.wan is not None and len(cfg.clusters) == 2:
         dep.wan = make_link(env, "wan", cfg.wan, np.random.default_rng([seed, 2]))
     return dep

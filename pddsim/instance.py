@@ -2,8 +2,8 @@
 
 The engine runs one SimPy process per instance and yields once per *segment*: a single iteration
 when prefill chunks are in the batch, or k identical-membership decode iterations at once (k stops
-at the next request to finish or at the memory limit). Their times come from the performance model
-as one vector, so a request's tokens are derived arithmetically: it records the iteration index at
+at the next request to finish or at the memory limit). The performance model prices such a run in
+closed form, and a request's tokens are derived arithmetically: it records the iteration index at
 which it joined, and on leaving it has produced (now - join) tokens. A request arriving mid-segment
 interrupts the process, which cuts the segment at the next iteration boundary: new work joins a batch
 only there, as in a real engine.
@@ -20,7 +20,6 @@ import heapq
 from bisect import bisect_right
 from collections import deque
 
-import numpy as np
 import simpy
 
 from pddsim.prefix_cache import PrefixCache
@@ -29,13 +28,12 @@ from pddsim.request import Request
 
 class Instance:
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
-                 kv_capacity_tokens: int, batching, cache: PrefixCache | None, hooks, tp: int):
+                 kv_capacity_tokens: int, batching, cache: PrefixCache | None, hooks):
         self.env = env
         self.name = name
         self.role = role
         self.cluster = cluster
         self.perf = perf
-        self.tp = tp
         self.capacity = kv_capacity_tokens
         self.block = batching.kv_block_tokens
         self.token_budget = batching.token_budget
@@ -51,7 +49,7 @@ class Instance:
         self._ctx_base = 0                    # sum(context_at_join - start_iter) over decoders
         self._finish_heap: list[tuple[int, int, Request]] = []
         self._joined: list[Request] = []
-        self._leaving: list[tuple[Request, object, bool]] = []
+        self._at_boundary: list[tuple[Request, object, bool]] = []   # (request, callback, leave)
         self._seq = 0
         self._seg_end: list[int] = []         # suffix-max stack of iteration times, by end iter
         self._seg_max: list[float] = []
@@ -122,7 +120,7 @@ class Instance:
         """At the next iteration boundary call `then(req, tokens_made_here)`, with `leave` taking
         the decoder out of the batch first (a handoff). Nothing happens for a request that
         finishes first; one not admitted yet is served once it decodes."""
-        self._leaving.append((req, then, leave))
+        self._at_boundary.append((req, then, leave))
         self._poke()
 
     # -- engine -----------------------------------------------------------------------------------
@@ -136,23 +134,23 @@ class Instance:
     def _run(self):
         env = self.env
         while True:
-            if self._leaving:
-                self._release_leavers()
+            if self._at_boundary:
+                self._serve_boundary_calls()
             self._admit()
             if not self.prefilling and not self.n_decoding:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
                 continue
-            chunks, times = self._plan()
+            chunks, plan = self._plan()
             if chunks is None:                # out of memory: a decoder was preempted, re-plan
                 continue
             t0 = env.now
-            if chunks:                        # one iteration with prefill in it
-                yield env.timeout(times)
-                self._complete(chunks, 1, t0, times, times, times)
+            if chunks:                        # one iteration with prefill in it, `plan` seconds
+                yield env.timeout(plan)
+                self._complete(chunks, 1, t0, plan, plan, plan)
                 continue
-            run = times
+            run = plan                        # a run of decode iterations
             k = run.k
             self._interruptible = True
             try:
@@ -173,13 +171,13 @@ class Instance:
                 self._lookup_prefix(req)
             need = -(-(req.context + req.prefill_left) // self.block) * self.block
             running = len(self.prefilling) + self.n_decoding
+            if need > self.capacity:          # can never fit
+                self._dequeue()
+                self._unpin(req)
+                self.pending_prefill_tokens -= req.prefill_left
+                self.hooks.failed(req, self, "context exceeds the instance's KV memory")
+                continue
             if running >= self.max_batch or self.held + self.decode_context + need > self.capacity:
-                if running == 0 and need > self.capacity:
-                    self._dequeue()
-                    self._unpin(req)
-                    self.pending_prefill_tokens -= req.prefill_left
-                    self.hooks.failed(req, self, "context exceeds the instance's KV memory")
-                    continue
                 return
             self._dequeue()
             if req.ready_tokens:
@@ -218,9 +216,9 @@ class Instance:
         req.pinned_blocks = 0
 
     def _plan(self):
-        """Pick this segment's batch: (prefill chunks, the iteration's time) for one iteration
-        with prefill in it, ((), times) for a run of decode iterations, (None, None) when a
-        decoder had to be preempted first."""
+        """Pick this segment's batch: (prefill chunks, the iteration's seconds) for one iteration
+        with prefill in it, ((), a decode run) for decode iterations, (None, None) when a decoder
+        had to be preempted first."""
         n = self.n_decoding
         ctx = self.decode_context
         if self.prefilling:
@@ -243,7 +241,7 @@ class Instance:
         while heap and (not heap[0][2].decoding or heap[0][2].inst is not self
                         or heap[0][0] != heap[0][2].finish_iter):
             heapq.heappop(heap)
-        k = 1 if self._leaving else heap[0][0] - self.iters   # someone waits for a boundary
+        k = 1 if self._at_boundary else heap[0][0] - self.iters   # someone waits for a boundary
         room = (self.capacity - self.held - ctx) // n
         if room < 1:
             self._preempt_newest()
@@ -328,13 +326,13 @@ class Instance:
         req.decoding = False
         return made
 
-    def _release_leavers(self) -> None:
-        leaving, self._leaving = self._leaving, []
-        for req, then, leave in leaving:
+    def _serve_boundary_calls(self) -> None:
+        calls, self._at_boundary = self._at_boundary, []
+        for req, then, leave in calls:
             if req.decoding and req.inst is self:
                 then(req, self._leave_decoding(req) if leave else self.iters - req.start_iter)
-            elif req.inst is self:
-                self._leaving.append((req, then, leave))
+            elif req.inst is self:                # not admitted yet: wait for it to decode
+                self._at_boundary.append((req, then, leave))
 
     def _push_segment(self, longest: float) -> None:
         """Keep, for every suffix of past iterations, its longest iteration (monotone stack)."""
