@@ -151,17 +151,17 @@ class Instance:
                 self._complete(chunks, 1, t0, plan, plan, plan)
                 continue
             run = plan                        # a run of decode iterations
-            k = run.k
+            k, elapsed = run.k, run.total_s
             self._interruptible = True
             try:
-                yield env.timeout(run.total_s)
+                yield env.timeout(elapsed)
             except simpy.Interrupt:           # new work: stop at the next iteration boundary
                 k = run.cut(env.now - t0)
-                end = run.elapsed(k)
-                if end > env.now - t0:
-                    yield env.timeout(end - (env.now - t0))
+                elapsed = run.elapsed(k)
+                if elapsed > env.now - t0:
+                    yield env.timeout(elapsed - (env.now - t0))
             self._interruptible = False
-            self._complete((), k, t0, run.first_s, run.longest(k), run.elapsed(k))
+            self._complete((), k, t0, run.first_s, run.longest(k), elapsed)
 
     def _admit(self) -> None:
         now = self.env.now
