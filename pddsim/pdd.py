@@ -20,7 +20,7 @@ class Relay:
     """Per-request scratch of the PDD pipeline."""
 
     __slots__ = ("req", "p", "p_held", "rld", "md", "shadow", "wan_flow", "transfers", "absorbed",
-                 "md_busy", "rounds", "final", "last_batch")
+                 "md_busy", "rounds", "final")
 
     def __init__(self, req, p, md):
         self.req, self.p, self.md, self.rld = req, p, md, None
@@ -33,7 +33,6 @@ class Relay:
         self.md_busy = False      # an extend is queued or running on the MD
         self.rounds = 0           # handoff messages sent
         self.final = False        # the last handoff is under way
-        self.last_batch = 0
 
 
 class PDD(Disaggregated):
@@ -73,29 +72,18 @@ class PDD(Disaggregated):
 
     def _relay_has_prompt(self, req: Request) -> None:
         self._transfer_done(req)
-        if req.output_tokens == 1:
-            req.emit(self.env.now)
-            self._end_on_relay(req)
-            return
-        req.state.rld.submit(req, prefill=0, decode=req.output_tokens - 1,
-                             context=req.input_tokens + 1, ready=1)
+        self.start_decode(req, req.state.rld)
 
     def _md_has_prompt(self, req: Request) -> None:
         st = req.state
         self._transfer_done(req)
-        if st.md.cache is not None and req.hash_ids:
-            st.md.cache.insert(req.hash_ids, req.block_tokens)
+        self.kv_landed(req, st.md)
         if req.finish_s is not None:            # finished on the RLD meanwhile
             return
         if req.pipeline == "p_md":
-            if req.output_tokens == 1:
-                req.emit(self.env.now)
-                self._end(req)
-                return
-            st.md.submit(req, prefill=0, decode=req.output_tokens - 1,
-                         context=req.input_tokens + 1, ready=1)
-            return
-        self._next_handoff(req)
+            self.start_decode(req, st.md)
+        else:
+            self._next_handoff(req)
 
     # -- handoff: token IDs over the WAN, an extend step on the MD ----------------------------------
     def _next_handoff(self, req: Request) -> None:
@@ -117,7 +105,6 @@ class PDD(Disaggregated):
     def _send_ids(self, req: Request, n_ids: int, *, final: bool) -> None:
         st = req.state
         st.rounds += 1
-        st.last_batch = n_ids
         st.md_busy = True
         if final:
             req.relay_tokens = req.tokens_out
@@ -163,22 +150,19 @@ class PDD(Disaggregated):
         if st.shadow is not None and st.shadow.reserved:
             st.md.release(st.shadow)
 
-    def finished(self, req: Request, inst) -> None:
-        if inst.role == "relay":
-            self._end_on_relay(req)
-        else:
-            self._end(req)
-
-    def _end_on_relay(self, req: Request) -> None:
-        """The RLD finished the request: the MD is no longer needed."""
+    def _end(self, req: Request) -> None:
+        """However a request ends, what it no longer needs is let go: a request that ends before
+        its final handoff ended on the RLD, and its WAN transfer is cancelled (bandwidth freed)."""
         st = req.state
-        req.relay_tokens = req.tokens_out
-        req.pipeline = "p_rld"
-        flow = st.wan_flow
-        if flow is not None and not flow.done:
-            self.dep.wan.cancel(flow)
-            req.wan_bytes -= flow.size - flow.sent      # only what left before the cancel crossed
-            self._transfer_done(req)
-        if not st.md_busy:
-            self._md_drop(st)
-        self._end(req)
+        if st is not None:
+            if st.rld is not None and not st.final:
+                req.relay_tokens = req.tokens_out
+                req.pipeline = "p_rld"
+            flow = st.wan_flow
+            if flow is not None and not flow.done:
+                self.dep.wan.cancel(flow)
+                req.wan_bytes -= flow.size - flow.sent  # only what left before the cancel crossed
+                self._transfer_done(req)
+            if not st.md_busy:
+                self._md_drop(st)
+        super()._end(req)

@@ -79,8 +79,17 @@ class Disaggregated(Pipeline):
 
     def _kv_arrived(self, req: Request, p, d) -> None:
         p.release(req)
-        if d.cache is not None and req.hash_ids:
-            d.cache.insert(req.hash_ids, req.block_tokens)
+        self.kv_landed(req, d)
+        self.start_decode(req, d)
+
+    @staticmethod
+    def kv_landed(req: Request, dst) -> None:
+        """The prompt's KV is on `dst`: its decode-side cache (if any) keeps it for later turns."""
+        if dst.cache is not None and req.hash_ids:
+            dst.cache.insert(req.hash_ids, req.block_tokens)
+
+    def start_decode(self, req: Request, d) -> None:
+        """`d` holds the prompt's KV: it streams the prefill's token, then decodes the rest."""
         if req.output_tokens == 1:
             req.emit(self.env.now)
             self._end(req)
