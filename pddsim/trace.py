@@ -12,8 +12,9 @@ class TraceRequest:
     """One request as the trace gives it.
 
     `hash_ids[i]` identifies the prefix up to block i (equal id => equal prefix); a block holds
-    `block_tokens` tokens. `arrival_s` is the open-loop arrival, relative to the start of the
-    request's session (absolute when the trace has no sessions). Closed-loop replay sends a request
+    `block_tokens` tokens. `arrival_s` is the recorded (open-loop) arrival; replay keeps a
+    session's requests at their offsets from its first one and may move the session's start
+    (Poisson or concurrency-driven starts, a time scale). Closed-loop replay sends a request
     `think_s` after the request it `follows` (an index into the workload) has finished streaming; a
     request that follows none starts its session. Sub-agents are requests that follow a parent's
     request, so a session is a small dependency tree, not only a chain.
