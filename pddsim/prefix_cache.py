@@ -5,10 +5,14 @@ prefix-closed (only leaves are evicted), which makes a lookup a binary search ov
 Recency is refreshed leaf-first so a parent is never older than its children: the LRU front is
 therefore always an evictable leaf. Pinned blocks (in use by a running request) leave the LRU list
 until unpinned, so eviction never touches them and never scans.
+
+Agent traces re-send contexts of thousands of blocks every turn, so `insert` is the hot path of
+`trace stats`: it costs one recency pass over the resident prefix (in C where possible) plus work
+per new or evicted block only.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Sequence
 
 
@@ -51,8 +55,7 @@ class PrefixCache:
     def unpin(self, hash_ids: Sequence[int], n_blocks: int) -> None:
         """Release blocks pinned by `pin`; they become evictable, parents more recent than leaves."""
         pins, lru = self._pins, self._lru
-        for i in range(n_blocks - 1, -1, -1):
-            block = hash_ids[i]
+        for block in reversed(hash_ids[:n_blocks]):
             count = pins[block] - 1
             pins[block] = count
             if count == 0:
@@ -61,11 +64,19 @@ class PrefixCache:
 
     def touch(self, hash_ids: Sequence[int], n_blocks: int) -> None:
         """Refresh the recency of resident leading blocks, leaf first."""
-        lru = self._lru
-        for i in range(n_blocks - 1, -1, -1):
-            block = hash_ids[i]
-            if block in lru:
-                lru.move_to_end(block)
+        move = self._lru.move_to_end
+        blocks = reversed(hash_ids[:n_blocks])
+        try:
+            # Usually every block is in the LRU list: `map` moves them all without a Python-level
+            # loop or membership test (this is most of the time `trace stats` spends on a cache).
+            deque(map(move, blocks), maxlen=0)
+        except KeyError:
+            # A pinned (or absent) block: the checked loop resumes after it, `blocks` being shared.
+            # Pins cover whole chain prefixes, so the blocks left are typically all pinned too.
+            lru = self._lru
+            for block in blocks:
+                if block in lru:
+                    move(block)
 
     def insert(self, hash_ids: Sequence[int], block_tokens: int) -> int:
         """Make the chain resident (evicting LRU leaves as needed); returns blocks now resident.
@@ -73,25 +84,43 @@ class PrefixCache:
         When the capacity cannot hold the whole chain, the longest prefix that fits is kept.
         """
         have = self.match(hash_ids)
-        self.pin(hash_ids, have)                # the resident prefix must survive the evictions
-        cap = self.capacity_tokens
-        pins, lru, sizes = self._pins, self._lru, self._block_tokens
-        n = have
-        for block in hash_ids[have:]:
-            if cap is not None:
-                while self.used_tokens + block_tokens > cap and lru:
-                    victim, _ = lru.popitem(last=False)
-                    del pins[victim]
-                    freed = sizes.pop(victim)
-                    self.used_tokens -= freed
-                    self.evicted_tokens += freed
-                if self.used_tokens + block_tokens > cap:
-                    break
+        new = hash_ids[have:]
+        # The whole chain is admitted first, then trimmed back to capacity: that saves pinning and
+        # unpinning the resident prefix (two passes over thousands of blocks) to shield it from
+        # the evictions. New blocks enter leaf first, then the resident prefix, fresher still.
+        pins, sizes, lru = self._pins, self._block_tokens, self._lru
+        for block in reversed(new):
             pins[block] = 0
             sizes[block] = block_tokens
-            self.used_tokens += block_tokens
-            n += 1
-        for i in range(n - 1, have - 1, -1):    # new blocks enter leaf first ...
-            lru[hash_ids[i]] = None
-        self.unpin(hash_ids, have)              # ... then their resident prefix, fresher still
-        return n
+            lru[block] = None
+        self.used_tokens += len(new) * block_tokens
+        self.touch(hash_ids, have)
+        cap = self.capacity_tokens
+        if cap is None or self.used_tokens <= cap:
+            return len(hash_ids)
+        return self._trim(hash_ids, cap)
+
+    def _trim(self, hash_ids: Sequence[int], cap: int) -> int:
+        """Pop the LRU front until `cap` holds; returns how many blocks of `hash_ids` stay resident.
+
+        The LRU list reads: older blocks, the new blocks of `hash_ids` (deepest first), then its
+        resident prefix. Older blocks are evicted first, in the order they would have been had
+        the prefix been pinned. Once the deepest new block comes up, nothing older is left, so
+        popping on takes back new blocks deepest first: the longest prefix that fits is kept. The
+        resident prefix is never reached: the cache held it within capacity before the insert.
+        """
+        pins, sizes, popitem = self._pins, self._block_tokens, self._lru.popitem
+        deepest, resident = hash_ids[-1], len(hash_ids)
+        used, evicted = self.used_tokens, 0
+        while used > cap:
+            victim, _ = popitem(last=False)
+            del pins[victim]
+            freed = sizes.pop(victim)
+            used -= freed
+            if resident < len(hash_ids) or victim == deepest:
+                resident -= 1                   # never resident as far as callers know
+            else:
+                evicted += freed
+        self.used_tokens = used
+        self.evicted_tokens += evicted
+        return resident
