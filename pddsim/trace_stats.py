@@ -26,7 +26,7 @@ DEFAULT_WINDOWS = 10
 BUCKET_COLORMAP, BUCKET_COLOR_RANGE = "RdYlGn", (0.05, 0.95)   # red: low hit, green: high hit
 TIME_UNITS = ((86400.0, "days"), (3600.0, "hours"), (60.0, "minutes"), (1.0, "seconds"))
 """Plot time axes use the largest unit that the trace spans at least twice."""
-LABEL_WIDTH, CELL_WIDTH, CACHE_WIDTH = 16, 10, 22
+LABEL_WIDTH, CELL_WIDTH, CACHE_WIDTH = 16, 10, 26
 """Text table layout: row label, numeric cell, and per-cache column widths (characters)."""
 
 
