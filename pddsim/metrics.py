@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from pddsim.request import Request
-from pddsim.trace_stats import BUCKETS, hit_bucket
+from pddsim.trace_stats import BUCKETS, bucket_index
 
 FLOAT_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "itl_max_s", "e2e_s", "finish_s", "wan_bytes",
                  "wan_bytes_no_drc", "rdma_bytes", "handoff_stall_s")
@@ -26,7 +26,7 @@ class Recorder:
         self.floats = {c: array("d") for c in FLOAT_COLUMNS}
         self.ints = {c: array("q") for c in INT_COLUMNS}
         self.pipeline = array("b")
-        self.failure = array("l")
+        self.failure = array("q")
         self._pipelines: dict[str, int] = {}
         self._failures: dict[str, int] = {"": 0}
 
@@ -63,13 +63,14 @@ class Recorder:
     def frame(self, slo) -> pd.DataFrame:
         df = pd.DataFrame({**{c: np.frombuffer(a, dtype=np.float64) for c, a in self.floats.items()},
                            **{c: np.frombuffer(a, dtype=np.int64) for c, a in self.ints.items()}})
-        names = {v: k for k, v in self._pipelines.items()}
-        df["pipeline"] = pd.Categorical([names[c] for c in self.pipeline])
-        reasons = {v: k for k, v in self._failures.items()}
-        df["failure"] = [reasons[c] for c in self.failure]
+        df["pipeline"] = pd.Categorical.from_codes(np.frombuffer(self.pipeline, dtype=np.int8),
+                                                   categories=list(self._pipelines))
+        df["failure"] = np.array(list(self._failures), dtype=object)[
+            np.frombuffer(self.failure, dtype=np.int64)]
         df["status"] = np.where(df["failure"] == "", "completed", "failed")
         df["hit_rate"] = (df["hit_tokens"] / df["input_tokens"].clip(lower=1)).clip(upper=1.0)
-        df["hit_bucket"] = pd.Categorical([hit_bucket(r) for r in df["hit_rate"]], categories=BUCKETS)
+        df["hit_bucket"] = pd.Categorical.from_codes(bucket_index(df["hit_rate"].to_numpy()),
+                                                     categories=BUCKETS)
         df["slo_met"] = ((df["status"] == "completed") & (df["ttft_s"] <= slo.ttft_s)
                          & (df["tpot_s"].fillna(0.0) <= slo.tpot_s))
         return df.sort_values("request", kind="stable").reset_index(drop=True)

@@ -32,16 +32,17 @@ LABEL_WIDTH, CELL_WIDTH, CACHE_WIDTH = 16, 10, 26
 
 def hit_bucket(rate: float) -> str:
     """Label of the bucket holding hit rate `rate` (a fraction in [0, 1])."""
-    return BUCKETS[_bucket_index(np.asarray(rate))]
+    return BUCKETS[bucket_index(np.asarray(rate))]
 
 
-def _bucket_index(rates: np.ndarray) -> np.ndarray:
+def bucket_index(rates: np.ndarray) -> np.ndarray:
+    """Bucket positions in BUCKETS of an array of hit rates."""
     return np.searchsorted(BUCKET_EDGES, rates, side="right")
 
 
 def bucket_shares(rates: np.ndarray) -> dict[str, float]:
     """Share of requests per bucket (all labels present; zeros when there are no requests)."""
-    counts = np.bincount(_bucket_index(np.asarray(rates)), minlength=len(BUCKETS))
+    counts = np.bincount(bucket_index(np.asarray(rates)), minlength=len(BUCKETS))
     total = max(int(counts.sum()), 1)
     return {label: int(c) / total for label, c in zip(BUCKETS, counts)}
 
