@@ -30,12 +30,13 @@ def _arrival_rate(workload: Workload, scale: float) -> float:
 
 
 def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None, rel_tol: float = 0.03,
-                  max_doublings: int = 8) -> Capacity:
+                  max_doublings: int = 8, on_progress=None) -> Capacity:
+    """Bisect the time scale to `rel_tol`; `on_progress` is passed to every run's simulate."""
     target = cfg.slo.target
 
     def run(scale: float) -> Result:
         scaled = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"time_scale": scale})})
-        return simulate(scaled, workload, seed)
+        return simulate(scaled, workload, seed, on_progress=on_progress)
 
     def meets(result: Result) -> bool:
         return result.summary["slo_attainment"] >= target

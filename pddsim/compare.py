@@ -35,7 +35,7 @@ def compare(configs: list[Config], workload: Workload, *, seed: int | None = Non
     for cfg in configs:
         summary = simulate(cfg, workload, seed, on_progress=on_progress).summary
         if capacity:
-            cap = find_capacity(cfg, workload, seed=seed)
+            cap = find_capacity(cfg, workload, seed=seed, on_progress=on_progress)
             summary["capacity_rps"] = cap.capacity_rps
             summary["bcr_at_capacity"] = cap.result.summary["bcr"]
         summaries.append(summary)
