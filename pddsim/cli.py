@@ -1,4 +1,4 @@
-"""Command line: `pddsim run | compare | capacity | check | validate | schema | trace | bench`.
+"""Command line: `pddsim run | compare | capacity | sweep | check | validate | schema | trace | bench`.
 
 Bad input ends with one line on stderr and exit status 2; an internal error with exit status 1.
 """
@@ -104,6 +104,23 @@ def cmd_capacity(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from pddsim.sweep import format_table, grid_points, sweep, table_writer
+    write = table_writer(args.out) if args.out else None
+    points = grid_points(args.grid)
+    with _progress(len(points), args.quiet) as bar:
+        bar.unit = "point"
+        table = sweep(args.config or DEFAULT_CONFIG, args.grid, args.set or [], capacity=args.capacity,
+                      jobs=args.jobs, seed=args.seed, on_progress=bar.update)
+    if write:
+        write(table)
+    if args.json:
+        print(_json(table.to_dict(orient="records")))
+    else:
+        print(format_table(table, list(points[0])))
+    return 0
+
+
 def cmd_check(args) -> int:
     from pddsim.golden import check, format_rows
     rows = check(Path(args.golden), update=args.update)
@@ -199,6 +216,19 @@ def parser() -> Parser:
     cap.add_argument("--seed", type=int)
     cap.add_argument("--json", action="store_true", help="capacity_rps plus the run summary")
     cap.set_defaults(func=cmd_capacity)
+
+    swp = sub.add_parser("sweep", help="one scenario over a grid of config values, one row a point")
+    _add_config_args(swp, trace=False)
+    swp.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2,...",
+                     help="values of a config field (parsed as YAML); repeat for a cartesian product")
+    swp.add_argument("--seed", type=int)
+    swp.add_argument("--capacity", action="store_true",
+                     help="also search each point's capacity (bisection; many more runs)")
+    swp.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per CPU)")
+    swp.add_argument("--out", metavar="FILE", help="write the whole table, .csv or .parquet")
+    swp.add_argument("--json", action="store_true", help="print a list of row objects")
+    swp.add_argument("--quiet", action="store_true")
+    swp.set_defaults(func=cmd_sweep)
 
     chk = sub.add_parser("check", help="re-run pinned scenarios; exit 1 if a figure moved")
     chk.add_argument("golden", help="golden YAML file")

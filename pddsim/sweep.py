@@ -1,0 +1,128 @@
+"""Sweep: one scenario over the cartesian product of config values, one table row per point.
+
+Capacity planning asks how the metrics move with instance counts, WAN sizes and policies. Every
+point is validated before any runs, so a typo in the last point does not cost the others' runs; the
+points replay one workload (the same traffic) unless the grid varies the workload itself; and they
+run in worker processes, which changes nothing in the table: `simulate` has no globals and each row
+is put back in grid order.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import os
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import yaml
+
+from pddsim.compare import ROWS, _cell, compare
+from pddsim.config import Config, load_config
+from pddsim.deployment import check
+from pddsim.errors import InputError
+from pddsim.sim import load_workload
+from pddsim.trace import Workload
+
+# the metrics the printed table shows; the DataFrame, --json and --out keep the whole summary
+HEADLINE = ("ttft_p50_s", "ttft_p90_s", "tpot_mean_s", "slo_attainment", "goodput_rps",
+            "cost_per_hour", "bcr", "capacity_rps", "bcr_at_capacity")
+WRITERS = {".csv": "to_csv", ".parquet": "to_parquet"}
+
+
+def _axis(text: str) -> tuple[str, list]:
+    key, sep, values = text.partition("=")
+    try:
+        parsed = yaml.safe_load(f"[{values}]") if sep and key.strip() else None
+    except yaml.YAMLError:
+        parsed = None
+    if not parsed:
+        raise InputError(f"--grid {text}: expected KEY=V1,V2,... (values parsed as YAML)")
+    return key.strip(), parsed
+
+
+def grid_points(grids: list[str]) -> list[dict[str, Any]]:
+    """`KEY=V1,V2,...` texts -> their cartesian product, the last grid varying fastest. The values
+    are read as one YAML flow list without its brackets, so each parses as `--set` would parse it
+    and a list, mapping or quoted value may hold commas (`--grid 'pdd.handoff=one_shot,catch_up'`,
+    `--grid 'gpu_prices={h200: 4},{h200: 5}'`)."""
+    axes: dict[str, list] = {}
+    for text in grids:
+        key, values = _axis(text)
+        if key in axes:
+            raise InputError(f"--grid {key}: given twice")
+        axes[key] = values
+    return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
+
+
+def _label(point: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in point.items())
+
+
+def _point_config(base_path, overrides, point: dict[str, Any], n: int) -> Config:
+    """The base config with `--set` overrides, then the point's values; validated including that
+    the model fits its GPUs, with the point named in the error."""
+    try:
+        # a copy: points share value objects, and a nested grid key would write into them
+        cfg = load_config(base_path, overrides, copy.deepcopy(point))
+        check(cfg)
+    except InputError as e:
+        raise InputError(f"grid point {n} ({_label(point)}): {e}") from None
+    return cfg
+
+
+def _run_point(cfg: Config, *, workload: Workload | None, capacity: bool, seed: int | None) -> dict:
+    """One point's summary (module level: worker processes unpickle it by name). With no shared
+    workload the point builds its own, in the worker."""
+    summary = compare([cfg], load_workload(cfg) if workload is None else workload,
+                      seed=seed, capacity=capacity)[0]
+    del summary["wall_s"]          # host timing: the table must not depend on --jobs
+    return summary
+
+
+def sweep(base_path: str | Path, grids: list[str], overrides: list[str] = (),
+          capacity: bool = False, jobs: int | None = None, seed: int | None = None,
+          on_progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """One row per grid point, in grid order: the grid keys' values, then the run's summary (with
+    `capacity`, also `capacity_rps` and `bcr_at_capacity`). `jobs` worker processes (default: one
+    per CPU; 1 runs in this process); `on_progress(1)` as each point's row arrives.
+
+    The workload is built once, from the base config, unless a grid key is under `workload`; so a
+    grid over `seed` varies the run's randomness (WAN background, predictor), not the traffic (and
+    only when no `seed` argument overrides every point's).
+    """
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs {jobs}: must be at least 1")
+    points = grid_points(grids)
+    configs = [_point_config(base_path, overrides, p, n) for n, p in enumerate(points, 1)]
+    per_point = any(key.split(".")[0] == "workload" for key in points[0])
+    shared = None if per_point else load_workload(load_config(base_path, overrides))
+    run = partial(_run_point, workload=shared, capacity=capacity, seed=seed)
+    workers = min(jobs or os.cpu_count() or 1, len(configs))
+    rows = []
+    with ProcessPoolExecutor(workers) if workers > 1 else nullcontext() as pool:
+        for point, summary in zip(points, pool.map(run, configs) if pool else map(run, configs)):
+            rows.append({**point, **summary})
+            if on_progress is not None:
+                on_progress(1)
+    return pd.DataFrame(rows)
+
+
+def format_table(table: pd.DataFrame, grid_keys: list[str]) -> str:
+    """The grid columns and the headline metrics, each shown as `pddsim compare` shows it."""
+    formats = {key: fmt for key, _, fmt in ROWS}
+    metrics = [key for key in HEADLINE if key in table]
+    return table[[*grid_keys, *metrics]].to_string(
+        index=False, formatters={key: partial(_cell, formats[key], key) for key in metrics})
+
+
+def table_writer(path: str | Path) -> Callable[[pd.DataFrame], None]:
+    """How `--out` writes the table, chosen by its extension; asked for before the sweep runs, so
+    a wrong extension costs no runs."""
+    method = WRITERS.get(Path(path).suffix.lower())
+    if method is None:
+        raise InputError(f"--out {path}: expected a .csv or .parquet file")
+    return lambda table: getattr(table, method)(path, index=False)
