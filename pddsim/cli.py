@@ -27,7 +27,7 @@ def _json(obj) -> str:
     return json.dumps(obj, indent=2, allow_nan=True, default=float)
 
 
-def _progress(total: int, quiet: bool):
+def _progress(total: int | None, quiet: bool):
     from tqdm import tqdm
     return tqdm(total=total, unit="req", file=sys.stderr, delay=2.0, mininterval=0.5,
                 disable=quiet or not sys.stderr.isatty())
@@ -76,7 +76,9 @@ def cmd_compare(args) -> int:
     configs = [load_config(p, args.set or [], _trace_values(args)) for p in paths]
     workload = load_workload(configs[0])          # one workload for every system
     capacity = not args.no_capacity and (args.capacity or not args.configs)
-    with _progress(len(configs) * len(workload), args.quiet) as bar:
+    # a capacity search runs each system an unknown number of times: count requests, no total
+    total = None if capacity else len(configs) * len(workload)
+    with _progress(total, args.quiet) as bar:
         summaries = compare(configs, workload, seed=args.seed, capacity=capacity,
                             on_progress=bar.update)
     if args.json:

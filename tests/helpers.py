@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from pddsim.config import from_dict
 from pddsim.trace import TraceRequest, Workload
 
@@ -58,3 +60,25 @@ def workload(*reqs) -> Workload:
             kw["block_tokens"] = r[4]
         out.append(TraceRequest(arrival_s=r[0], input_tokens=r[1], output_tokens=r[2], **kw))
     return Workload(out)
+
+
+def write_config(tmp_path: Path, name: str, roles, rate: float) -> Path:
+    """A small config file with a Poisson workload of 300 requests at `rate`."""
+    cfg = config(tmp_path, roles=roles).model_dump(exclude={"base_dir"})
+    cfg["name"] = name
+    cfg["workload"] = {"synthetic": {"kind": "poisson", "knobs": {
+        "n_requests": 300, "rate_rps": rate, "input_mean": 3000, "output_mean": 60}}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def assert_input_error(code: int, err: str, *fragments: str) -> None:
+    """Exit status 2 and a single stderr line that names each fragment."""
+    assert code == 2
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("pddsim: ")
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0]

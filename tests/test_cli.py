@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from helpers import assert_input_error
 from pddsim import cli
 from pddsim.trace_stats import BUCKETS
 
@@ -47,17 +48,6 @@ def run_json(capsys, *argv) -> dict:
 
 def without_wall(summary: dict) -> dict:
     return {k: v for k, v in summary.items() if k != "wall_s"}
-
-
-def assert_input_error(code: int, err: str, *fragments: str) -> None:
-    """Exit status 2 and a single stderr line that names each fragment."""
-    assert code == 2
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("pddsim: ")
-    assert "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[0]
 
 
 def run_subprocess(*argv) -> subprocess.CompletedProcess:

@@ -4,21 +4,11 @@ import json
 import pytest
 import yaml
 
-from helpers import config
+from helpers import config, write_config
 from pddsim.capacity import find_capacity
 from pddsim.cli import main
 from pddsim.compare import compare, format_table
 from pddsim.synthetic import poisson_workload
-
-
-def write_config(tmp_path, name, roles, rate):
-    cfg = config(tmp_path, roles=roles).model_dump(exclude={"base_dir"})
-    cfg["name"] = name
-    cfg["workload"] = {"synthetic": {"kind": "poisson", "knobs": {
-        "n_requests": 300, "rate_rps": rate, "input_mean": 3000, "output_mean": 60}}}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
 
 
 def test_capacity_grows_with_instances(tmp_path):

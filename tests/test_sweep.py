@@ -9,8 +9,7 @@ from pddsim import sweep as sweep_module
 from pddsim.cli import main
 from pddsim.errors import InputError
 from pddsim.sweep import grid_points, sweep
-from test_cli import assert_input_error
-from test_experiments import write_config
+from helpers import assert_input_error, write_config
 
 GRID = ["clusters.a.instances.0.count=1,2", "slo.ttft_s=0.05,1"]
 KEYS = ["clusters.a.instances.0.count", "slo.ttft_s"]
