@@ -42,7 +42,7 @@ def compare(configs: list[Config], workload: Workload, *, seed: int | None = Non
     return summaries
 
 
-def _cell(fmt: str, key: str, value) -> str:
+def format_cell(fmt: str, key: str, value) -> str:
     if value is None:
         return "-"
     return fmt.format(value / 1e9 if key == "wan_bytes" else value)
@@ -58,7 +58,7 @@ def format_table(summaries: list[dict]) -> str:
             continue
         row = [label]
         for i, s in enumerate(summaries):
-            cell = _cell(fmt, key, s.get(key))
+            cell = format_cell(fmt, key, s.get(key))
             b, v = base.get(key), s.get(key)
             if i and b and v is not None:
                 cell += f" ({(v / b - 1):+.0%})"

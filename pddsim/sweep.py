@@ -20,7 +20,7 @@ from typing import Any, Callable
 import pandas as pd
 import yaml
 
-from pddsim.compare import ROWS, _cell, compare
+from pddsim.compare import ROWS, format_cell, compare
 from pddsim.config import Config, load_config
 from pddsim.deployment import check
 from pddsim.errors import InputError
@@ -116,7 +116,7 @@ def format_table(table: pd.DataFrame, grid_keys: list[str]) -> str:
     formats = {key: fmt for key, _, fmt in ROWS}
     metrics = [key for key in HEADLINE if key in table]
     return table[[*grid_keys, *metrics]].to_string(
-        index=False, formatters={key: partial(_cell, formats[key], key) for key in metrics})
+        index=False, formatters={key: partial(format_cell, formats[key], key) for key in metrics})
 
 
 def table_writer(path: str | Path) -> Callable[[pd.DataFrame], None]:
