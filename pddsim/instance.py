@@ -45,9 +45,9 @@ class Instance:
         self.prefilling: list[Request] = []
         self.held = 0                         # KV tokens of admitted requests not decoding
         self.iters = 0                        # decode iterations run so far
-        self.n_decoding = 0
         self._ctx_base = 0                    # sum(context_at_join - start_iter) over decoders
         self._finish_heap: list[tuple[int, int, Request]] = []
+        self._decoders: dict[Request, None] = {}   # in join order: the newest is preempted first
         self._joined: list[Request] = []
         self._at_boundary: list[tuple[Request, object, bool]] = []   # (request, callback, leave)
         self._seq = 0
@@ -65,7 +65,7 @@ class Instance:
     # -- what routers see ---------------------------------------------------------------------
     @property
     def decode_context(self) -> int:
-        return self._ctx_base + self.n_decoding * self.iters
+        return self._ctx_base + len(self._decoders) * self.iters
 
     @property
     def kv_load(self) -> int:
@@ -137,7 +137,7 @@ class Instance:
             if self._at_boundary:
                 self._serve_boundary_calls()
             self._admit()
-            if not self.prefilling and not self.n_decoding:
+            if not self.prefilling and not self._decoders:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
@@ -170,7 +170,7 @@ class Instance:
             if req.pinned_blocks == -1:
                 self._lookup_prefix(req)
             need = -(-(req.context + req.prefill_left) // self.block) * self.block
-            running = len(self.prefilling) + self.n_decoding
+            running = len(self.prefilling) + len(self._decoders)
             if need > self.capacity:          # can never fit
                 self._dequeue()
                 self._unpin(req)
@@ -219,7 +219,7 @@ class Instance:
         """Pick this segment's batch: (prefill chunks, the iteration's seconds) for one iteration
         with prefill in it, ((), a decode run) for decode iterations, (None, None) when a decoder
         had to be preempted first."""
-        n = self.n_decoding
+        n = len(self._decoders)
         ctx = self.decode_context
         if self.prefilling:
             budget = self.token_budget - n
@@ -253,8 +253,8 @@ class Instance:
         """Account a finished segment of k iterations lasting `elapsed` seconds."""
         now = self.env.now
         self.busy_s += elapsed
-        if self.n_decoding:
-            self.tokens_decoded += k * self.n_decoding
+        if self._decoders:
+            self.tokens_decoded += k * len(self._decoders)
             self.iters += k
             self._push_segment(longest_s)
             if self._joined:
@@ -308,7 +308,7 @@ class Instance:
         req.decoding = True
         req.start_iter = self.iters
         req.finish_iter = self.iters + req.decode_left
-        self.n_decoding += 1
+        self._decoders[req] = None
         self._ctx_base += req.context - self.iters
         self._seq += 1
         heapq.heappush(self._finish_heap, (req.finish_iter, self._seq, req))
@@ -319,7 +319,7 @@ class Instance:
         if made:
             i = bisect_right(self._seg_end, req.start_iter)
             req.emit_run(self.env.now, made, self._seg_max[i])
-        self.n_decoding -= 1
+        del self._decoders[req]
         self._ctx_base -= req.context - req.start_iter
         req.context += made
         req.decode_left -= made
@@ -346,8 +346,7 @@ class Instance:
     def _preempt_newest(self) -> None:
         """Out of KV memory: the most recently joined decoder gives its blocks back and will
         recompute its whole context when readmitted (vLLM's recompute preemption)."""
-        victim = max((e[2] for e in self._finish_heap if e[2].decoding and e[2].inst is self),
-                     key=lambda r: r.start_iter)
+        victim = next(reversed(self._decoders))
         self._leave_decoding(victim)
         self.preemptions += 1
         victim.prefill_left, victim.context = victim.context, 0
