@@ -33,8 +33,8 @@ from functools import partial
 from operator import attrgetter
 from pathlib import Path
 
-from .errors import InputError
-from .trace import TraceRequest, Workload
+from pddsim.errors import InputError
+from pddsim.trace import TraceRequest, Workload
 
 FORMATS = ("auto", "mooncake", "azure", "native", "agent")
 MOONCAKE_BLOCK_TOKENS = 512
