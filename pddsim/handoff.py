@@ -7,8 +7,6 @@ from pddsim.config import Pdd
 
 
 class OneShot:
-    name = "one_shot"
-
     def __init__(self, cfg: Pdd):
         self.cfg = cfg
 
@@ -17,16 +15,12 @@ class OneShot:
 
 
 class CatchUp(OneShot):
-    name = "catch_up"
-
     def catch_up(self, relay_pool, backlog):
         return backlog > self.cfg.catch_up_tokens
 
 
 class Adaptive(OneShot):
     """Catch-up while the RLD pool has room; one-shot when it is loaded, to free it soonest."""
-
-    name = "adaptive"
 
     def catch_up(self, relay_pool, backlog):
         used = sum(i.kv_load for i in relay_pool)

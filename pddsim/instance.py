@@ -190,7 +190,6 @@ class Instance:
             else:
                 req.reserved = 0
                 self._join_decoding(req)
-                req.join_gap_pending = True
                 self._joined.append(req)
 
     def _dequeue(self) -> Request:
@@ -260,9 +259,8 @@ class Instance:
             if self._joined:
                 first = t0 + first_s
                 for req in self._joined:
-                    if req.join_gap_pending and req.inst is self and req.decoding:
+                    if req.inst is self and req.decoding:   # not preempted before it ran
                         req.mark_stream_resumed(first)
-                        req.join_gap_pending = False
                 self._joined.clear()
         else:
             self._joined.clear()

@@ -18,15 +18,14 @@ import numpy as np
 class Flow:
     """One transfer in flight; `sent` is exact once it has ended or been cancelled."""
 
-    __slots__ = ("size", "start_mark", "on_delivered", "sent", "done", "started_s")
+    __slots__ = ("size", "start_mark", "on_delivered", "sent", "done")
 
-    def __init__(self, size: float, start_mark: float, on_delivered: Callable[[], None], now: float):
+    def __init__(self, size: float, start_mark: float, on_delivered: Callable[[], None]):
         self.size = size
         self.start_mark = start_mark
         self.on_delivered = on_delivered
         self.sent = 0.0
         self.done = False
-        self.started_s = now
 
 
 class Link:
@@ -55,7 +54,7 @@ class Link:
     def send(self, nbytes: float, on_delivered: Callable[[], None]) -> Flow:
         """Start a flow of `nbytes`; `on_delivered` runs when its last byte arrives."""
         self._advance()
-        flow = Flow(float(nbytes), self._mark, on_delivered, self.env.now)
+        flow = Flow(float(nbytes), self._mark, on_delivered)
         self.flows_started += 1
         if nbytes <= 0:
             flow.done = True
@@ -82,10 +81,6 @@ class Link:
         self._advance()
         self.capacity_Bps = capacity_Bps
         self._reschedule()
-
-    @property
-    def in_flight(self) -> int:
-        return self._active
 
     def expected_transfer_s(self, nbytes: float, *, nominal: bool = True) -> float:
         """The time `nbytes` would take at the share a new flow would get now: at the line rate

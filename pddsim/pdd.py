@@ -36,8 +36,6 @@ class Relay:
 
 
 class PDD(Disaggregated):
-    name = "pdd"
-
     def __init__(self, env, routers, on_end, cfg, rng):
         super().__init__(env, routers, on_end)
         self.cfg = cfg

@@ -38,8 +38,6 @@ class Pipeline:
 class Colocated(Pipeline):
     """Prefill and decode in one instance (Sarathi-style mixed batches): the non-disaggregated baseline."""
 
-    name = "colocated"
-
     def dispatch(self, req: Request) -> None:
         req.pipeline = "colocated"
         inst = self.routers["prefill"].pick(self.dep.pools["colocated"], req)
@@ -50,8 +48,6 @@ class Disaggregated(Pipeline):
     """PD: prefill on a prefill instance, the KV the decode side lacks shipped over RDMA (same
     cluster) or the WAN, decode on a decode instance, which streams to the user. The first token,
     made by the prefill, reaches the user when the decode instance takes the request."""
-
-    name = "pd"
 
     def dispatch(self, req: Request) -> None:
         req.pipeline = "p_d"

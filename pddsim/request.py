@@ -17,7 +17,7 @@ class Request:
         "handoffs", "handoff_stall_s", "handoff_tail_tokens", "relay_tokens",
         # engine state on the instance currently serving it
         "prefill_left", "context", "decode_left", "ready_tokens", "start_iter", "finish_iter",
-        "reserved", "pinned_blocks", "uses_cache", "hold", "inst", "decoding", "join_gap_pending",
+        "reserved", "pinned_blocks", "uses_cache", "hold", "inst", "decoding",
         # pipeline scratch (transfers, handoff progress)
         "state",
     )
@@ -58,7 +58,6 @@ class Request:
         self.hold = False
         self.inst = None
         self.decoding = False
-        self.join_gap_pending = False
         self.state = None
 
     def emit(self, now: float, n: int = 1) -> None:
@@ -84,7 +83,3 @@ class Request:
             self.first_token_s = now
         elif now - self.last_token_s > self.max_gap_s:
             self.max_gap_s = now - self.last_token_s
-
-    def cached_blocks_for(self, tokens: int) -> int:
-        """Whole hash blocks covered by the first `tokens` tokens."""
-        return min(len(self.hash_ids), tokens // self.block_tokens) if self.block_tokens else 0
