@@ -14,7 +14,7 @@ import simpy
 
 from pddsim.config import from_dict
 from pddsim.sim import simulate
-from pddsim.workload import read_workload
+from pddsim.workload.readers import read_workload
 
 TRACE = Path(__file__).resolve().parents[2] / "shared/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
 

@@ -11,7 +11,7 @@ import time
 
 from pddsim.config import from_dict
 from pddsim.sim import simulate
-from pddsim.synthetic import poisson_workload
+from pddsim.workload.synthetic import poisson_workload
 
 N = 1_000_000
 CONFIG = {

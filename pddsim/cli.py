@@ -68,8 +68,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from pddsim import paper
-    from pddsim.compare import compare, format_table
+    from pddsim.experiments import paper
+    from pddsim.experiments.compare import compare, format_table
     from pddsim.config import load_config
     from pddsim.sim import load_workload
     paths = args.configs or paper.PAPER_CONFIGS
@@ -92,7 +92,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_capacity(args) -> int:
-    from pddsim.capacity import find_capacity
+    from pddsim.experiments.capacity import find_capacity
     from pddsim.sim import load_workload
     cfg = _config(args)
     cap = find_capacity(cfg, load_workload(cfg), seed=args.seed)
@@ -107,7 +107,7 @@ def cmd_capacity(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from pddsim.sweep import format_table, grid_points, sweep, table_writer
+    from pddsim.experiments.sweep import format_table, grid_points, sweep, table_writer
     write = table_writer(args.out) if args.out else None
     points = grid_points(args.grid)
     with _progress(len(points), args.quiet) as bar:
@@ -124,7 +124,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from pddsim.golden import check, format_rows
+    from pddsim.experiments.golden import check, format_rows
     rows = check(Path(args.golden), update=args.update)
     print(format_rows(rows))
     moved = [r for r in rows if not r["ok"]]
@@ -135,14 +135,14 @@ def cmd_check(args) -> int:
 
 
 def cmd_bench_handoff(args) -> int:
-    from pddsim.handoff_bench import HandoffBenchSpec, format_bench, handoff_microbenchmark
+    from pddsim.experiments.handoff_bench import HandoffBenchSpec, format_bench, handoff_microbenchmark
     result = handoff_microbenchmark(HandoffBenchSpec(runs=args.runs), seed=args.seed)
     print(_json(result) if args.json else format_bench(result))
     return 0
 
 
 def cmd_validate(args) -> int:
-    from pddsim.deployment import check
+    from pddsim.system.deployment import check
     cfg = _config(args)
     check(cfg)
     print(f"{args.config}: ok ({cfg.name})")
@@ -156,8 +156,8 @@ def cmd_schema(args) -> int:
 
 
 def cmd_trace_gen(args) -> int:
-    from pddsim import synthetic
-    from pddsim.workload import write_mooncake, write_native
+    from pddsim.workload import synthetic
+    from pddsim.workload.readers import write_mooncake, write_native
     knobs = {f.name: getattr(args, f.name) for f in dataclasses.fields(synthetic.AgentSpec)
              if getattr(args, f.name) is not None}
     workload = synthetic.agent_workload(synthetic.AgentSpec(**knobs), seed=args.seed)
@@ -167,8 +167,8 @@ def cmd_trace_gen(args) -> int:
 
 
 def cmd_trace_stats(args) -> int:
-    from pddsim.trace_stats import format_stats, plot_bucket_shares, trace_stats
-    from pddsim.workload import read_workload
+    from pddsim.workload.stats import format_stats, plot_bucket_shares, trace_stats
+    from pddsim.workload.readers import read_workload
     workload = read_workload(args.path, args.format, shared_prefix=args.shared_prefix)
     stats = trace_stats(workload, lru_capacity_tokens=args.lru_tokens, window_s=args.window)
     if args.plot:
@@ -187,7 +187,7 @@ def _add_config_args(p, *, trace=True):
 
 
 def parser() -> Parser:
-    from pddsim.synthetic import AgentSpec
+    from pddsim.workload.synthetic import AgentSpec
     top = Parser(prog="pddsim", description="Simulate cross-datacenter PD / PDD LLM serving.")
     sub = top.add_subparsers(dest="command", required=True, parser_class=Parser)
 

@@ -10,8 +10,8 @@ from array import array
 import numpy as np
 import pandas as pd
 
-from pddsim.request import Request
-from pddsim.trace_stats import BUCKETS, bucket_index
+from pddsim.engine.request import Request
+from pddsim.workload.stats import BUCKETS, bucket_index
 
 FLOAT_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "itl_max_s", "e2e_s", "finish_s", "wan_bytes",
                  "wan_bytes_no_drc", "rdma_bytes", "handoff_stall_s")

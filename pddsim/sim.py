@@ -17,16 +17,16 @@ import simpy
 
 from pddsim.config import Config
 from pddsim.cost import cost_per_hour
-from pddsim.deployment import build
+from pddsim.system.deployment import build
 from pddsim.errors import InputError
 from pddsim.metrics import Recorder, summarize
-from pddsim.pdd import PDD
-from pddsim.pipeline import Colocated, Disaggregated
-from pddsim.replay import Replay
-from pddsim.request import Request
-from pddsim.router import make_router
+from pddsim.system.pdd import PDD
+from pddsim.system.pipelines import Colocated, Disaggregated
+from pddsim.workload.replay import Replay
+from pddsim.engine.request import Request
+from pddsim.system.routers import make_router
 from pddsim.sessions import session_summary, session_table
-from pddsim.trace import Workload
+from pddsim.workload.model import Workload
 
 
 @dataclass
@@ -57,10 +57,10 @@ def make_pipeline(env, cfg: Config, routers, on_end, seed: int):
 
 def load_workload(cfg: Config) -> Workload:
     """The workload a config names: a trace file or a seeded synthetic generator."""
-    from pddsim import synthetic
+    from pddsim.workload import synthetic
     w = cfg.workload
     if w.trace is not None:
-        from pddsim.workload import read_workload
+        from pddsim.workload.readers import read_workload
         return read_workload(cfg.resolve(w.trace), w.format, limit=w.limit,
                              shared_prefix=w.shared_prefix, max_tokens=w.max_tokens)
     knobs = dict(w.synthetic.knobs)

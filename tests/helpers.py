@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from pddsim.config import from_dict
-from pddsim.trace import TraceRequest, Workload
+from pddsim.workload.model import TraceRequest, Workload
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 

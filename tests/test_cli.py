@@ -11,7 +11,7 @@ import yaml
 
 from helpers import assert_input_error
 from pddsim import cli
-from pddsim.trace_stats import BUCKETS
+from pddsim.workload.stats import BUCKETS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

@@ -5,10 +5,10 @@ import pytest
 import yaml
 
 from helpers import config, write_config
-from pddsim.capacity import find_capacity
+from pddsim.experiments.capacity import find_capacity
 from pddsim.cli import main
-from pddsim.compare import compare, format_table
-from pddsim.synthetic import poisson_workload
+from pddsim.experiments.compare import compare, format_table
+from pddsim.workload.synthetic import poisson_workload
 
 
 def test_capacity_grows_with_instances(tmp_path):

@@ -2,7 +2,7 @@ from dataclasses import replace
 
 import pytest
 
-from pddsim.handoff_bench import HandoffBenchSpec, format_bench, handoff_microbenchmark
+from pddsim.experiments.handoff_bench import HandoffBenchSpec, format_bench, handoff_microbenchmark
 
 SHORT = replace(HandoffBenchSpec(), runs=200)   # enough runs for the comparisons, quick
 

@@ -1,7 +1,7 @@
 import pytest
 import simpy
 
-from pddsim.network import Link
+from pddsim.engine.network import Link
 
 
 def _run(link_kwargs, flows, until=100):

@@ -7,7 +7,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-from pddsim.paper import FIGURES  # noqa: E402
+from pddsim.experiments.paper import FIGURES  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 SMALL = "SESSIONS = 40\nCAPACITY = False\n"

@@ -3,7 +3,7 @@ import pytest
 
 from helpers import config, workload
 from pddsim.sim import simulate
-from pddsim.synthetic import poisson_workload
+from pddsim.workload.synthetic import poisson_workload
 
 KV = 327_680
 PDD_ROLES = (("prefill", 1), ("relay", 1), ("decode", 1))
@@ -105,7 +105,7 @@ def test_every_token_arrives_under_load(tmp_path, handoff):
 
 def _sessions(n_sessions=12, turns=8):
     """Sessions whose turns extend a ~6k-token context, arriving interleaved."""
-    from pddsim.trace import TraceRequest, Workload
+    from pddsim.workload.model import TraceRequest, Workload
     reqs, next_id = [], 10_000
     for s in range(n_sessions):
         chain = []

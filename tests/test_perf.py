@@ -4,7 +4,7 @@ import pytest
 
 from helpers import linear_table
 from pddsim import catalog
-from pddsim.perf import LinearRun, LinearTerm, MeasuredTable, Roofline
+from pddsim.engine.perf import LinearRun, LinearTerm, MeasuredTable, Roofline
 
 LLAMA = catalog.model("llama-3.1-70b")
 H100 = catalog.gpu("h100-sxm")

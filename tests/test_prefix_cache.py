@@ -1,4 +1,4 @@
-from pddsim.prefix_cache import PrefixCache
+from pddsim.engine.prefix_cache import PrefixCache
 
 
 def test_match_is_longest_resident_prefix():

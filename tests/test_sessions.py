@@ -4,7 +4,7 @@ import pytest
 from helpers import config
 from pddsim.sessions import COLUMNS, session_summary, session_table
 from pddsim.sim import simulate
-from pddsim.trace import TraceRequest, Workload
+from pddsim.workload.model import TraceRequest, Workload
 
 BASE, PER_TOKEN = 0.01, 1e-5     # the linear table: an iteration takes BASE + PER_TOKEN * tokens
 CHUNK = 64

@@ -5,10 +5,10 @@ import json
 import pandas as pd
 import pytest
 
-from pddsim import sweep as sweep_module
+from pddsim.experiments import sweep as sweep_module
 from pddsim.cli import main
 from pddsim.errors import InputError
-from pddsim.sweep import grid_points, sweep
+from pddsim.experiments.sweep import grid_points, sweep
 from helpers import assert_input_error, write_config
 
 GRID = ["clusters.a.instances.0.count=1,2", "slo.ttft_s=0.05,1"]

@@ -3,8 +3,8 @@ from collections import defaultdict
 import pytest
 
 from pddsim.errors import InputError
-from pddsim.synthetic import AgentSpec, agent_workload, poisson_workload
-from pddsim.trace_stats import BUCKETS, trace_stats
+from pddsim.workload.synthetic import AgentSpec, agent_workload, poisson_workload
+from pddsim.workload.stats import BUCKETS, trace_stats
 
 SMALL = AgentSpec(sessions=40)
 HIGH_HIT = ("[95,99)", "[99,100]")

@@ -4,8 +4,8 @@ import pytest
 
 from helpers import config, workload
 from pddsim.sim import simulate
-from pddsim.synthetic import poisson_workload
-from pddsim.trace import TraceRequest, Workload
+from pddsim.workload.synthetic import poisson_workload
+from pddsim.workload.model import TraceRequest, Workload
 
 KV = 327_680   # llama-3.1-70b KV bytes per token
 

@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 
 from pddsim.errors import InputError
-from pddsim.trace import TraceRequest, Workload
-from pddsim.trace_stats import (BUCKETS, format_stats, hit_bucket, plot_bucket_shares,
+from pddsim.workload.model import TraceRequest, Workload
+from pddsim.workload.stats import (BUCKETS, format_stats, hit_bucket, plot_bucket_shares,
                                 trace_stats)
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
@@ -99,7 +99,7 @@ def test_mooncake_conversation_trace():
     path = TRACES / "mooncake" / "conversation_trace.jsonl"
     if not path.exists():
         pytest.skip("shared traces absent")
-    workload = pytest.importorskip("pddsim.workload")
+    workload = pytest.importorskip("pddsim.workload.readers")
     s = trace_stats(workload.read_workload(path))
     assert s["requests"] == 12_031
     assert 0 < s["hit_rate_mean"] < 1 and sum(s["bucket_shares"].values()) == pytest.approx(1)
@@ -109,7 +109,7 @@ def test_agent_trace_directory():
     path = TRACES / "kv_cache_tester"
     if not path.exists():
         pytest.skip("shared traces absent")
-    workload = pytest.importorskip("pddsim.workload")
+    workload = pytest.importorskip("pddsim.workload.readers")
     trace = workload.read_workload(path, limit=2000)     # whole conversations: a few more
     s = trace_stats(trace)
     assert s["requests"] == len(trace) >= 2000

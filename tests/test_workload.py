@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from pddsim.errors import InputError
-from pddsim.trace import TraceRequest, Workload
-from pddsim.workload import read_workload, write_mooncake, write_native
+from pddsim.workload.model import TraceRequest, Workload
+from pddsim.workload.readers import read_workload, write_mooncake, write_native
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 

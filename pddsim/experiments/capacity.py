@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pddsim.config import Config
 from pddsim.sim import Result, simulate
-from pddsim.trace import Workload
+from pddsim.workload.model import Workload
 
 
 @dataclass

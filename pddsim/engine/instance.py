@@ -22,8 +22,8 @@ from collections import deque
 
 import simpy
 
-from pddsim.prefix_cache import PrefixCache
-from pddsim.request import Request
+from pddsim.engine.prefix_cache import PrefixCache
+from pddsim.engine.request import Request
 
 
 class Instance:

@@ -30,8 +30,8 @@ import simpy
 
 from pddsim import catalog
 from pddsim.config import BackgroundLoad, LinkConfig, Perf
-from pddsim.deployment import make_link
-from pddsim.perf import Roofline
+from pddsim.system.deployment import make_link
+from pddsim.engine.perf import Roofline
 
 PAPER = {
     "kv_transfer": {"mean_ms": 185.0, "max_ms": 512.6, "std_ms": None},   # the paper gives no std

@@ -1,10 +1,10 @@
 """Several systems on the same workload, side by side, with deltas against the first."""
 from __future__ import annotations
 
-from pddsim.capacity import find_capacity
+from pddsim.experiments.capacity import find_capacity
 from pddsim.config import Config
 from pddsim.sim import simulate
-from pddsim.trace import Workload
+from pddsim.workload.model import Workload
 
 # (summary key, label, how to show it)
 ROWS = [

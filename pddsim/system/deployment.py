@@ -9,10 +9,10 @@ import numpy as np
 from pddsim import catalog
 from pddsim.config import Config, LinkConfig
 from pddsim.errors import InputError
-from pddsim.instance import Instance
-from pddsim.network import Link, background_load
-from pddsim.perf import MeasuredTable, Roofline
-from pddsim.prefix_cache import PrefixCache
+from pddsim.engine.instance import Instance
+from pddsim.engine.network import Link, background_load
+from pddsim.engine.perf import MeasuredTable, Roofline
+from pddsim.engine.prefix_cache import PrefixCache
 
 GBIT = 1e9 / 8
 

@@ -34,7 +34,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from pddsim.errors import InputError
-from pddsim.trace import TraceRequest, Workload
+from pddsim.workload.model import TraceRequest, Workload
 
 FORMATS = ("auto", "mooncake", "azure", "native", "agent")
 MOONCAKE_BLOCK_TOKENS = 512

@@ -10,10 +10,10 @@ absorbs the handed-over tokens on the MD, so each instance sees one job at a tim
 """
 from __future__ import annotations
 
-from pddsim.handoff import HANDOFFS
-from pddsim.paths import PATH_POLICIES
-from pddsim.pipeline import Disaggregated
-from pddsim.request import Request
+from pddsim.system.handoff import HANDOFFS
+from pddsim.system.paths import PATH_POLICIES
+from pddsim.system.pipelines import Disaggregated
+from pddsim.engine.request import Request
 
 
 class Relay:

@@ -16,7 +16,7 @@ from typing import Iterator
 import numpy as np
 
 from pddsim.errors import InputError
-from pddsim.trace import TraceRequest, Workload
+from pddsim.workload.model import TraceRequest, Workload
 
 NO_DRIFT = ""
 

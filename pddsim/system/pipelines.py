@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pddsim.deployment import Deployment
-from pddsim.request import Request
+from pddsim.system.deployment import Deployment
+from pddsim.engine.request import Request
 
 
 class Pipeline:

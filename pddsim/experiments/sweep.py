@@ -20,12 +20,12 @@ from typing import Any, Callable
 import pandas as pd
 import yaml
 
-from pddsim.compare import ROWS, format_cell, compare
+from pddsim.experiments.compare import ROWS, format_cell, compare
 from pddsim.config import Config, load_config
-from pddsim.deployment import check
+from pddsim.system.deployment import check
 from pddsim.errors import InputError
 from pddsim.sim import load_workload
-from pddsim.trace import Workload
+from pddsim.workload.model import Workload
 
 # the metrics the printed table shows; the DataFrame, --json and --out keep the whole summary
 HEADLINE = ("ttft_p50_s", "ttft_p90_s", "tpot_mean_s", "slo_attainment", "goodput_rps",

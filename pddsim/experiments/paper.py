@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-PAPER_DIR = Path(__file__).resolve().parents[1] / "configs" / "paper"
+PAPER_DIR = Path(__file__).resolve().parents[2] / "configs" / "paper"
 PAPER_CONFIGS = [PAPER_DIR / f"{name}.yaml" for name in ("same_dc_pd", "cross_dc_pd", "pdd")]
 
 

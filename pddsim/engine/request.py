@@ -5,7 +5,10 @@ per-token log. Finished requests leave only their record behind.
 """
 from __future__ import annotations
 
-from pddsim.trace import TraceRequest
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the engine reads a trace entry's fields; it needs no workload code
+    from pddsim.workload.model import TraceRequest
 
 
 class Request:

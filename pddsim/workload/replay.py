@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 
 from pddsim.config import WorkloadConfig
-from pddsim.trace import Workload
+from pddsim.workload.model import Workload
 
 
 class Replay:

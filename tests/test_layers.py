@@ -1,0 +1,58 @@
+"""The folder tree is the architecture: a lower layer never imports a higher one."""
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pddsim"
+
+# Each layer may import itself and the layers listed before it.
+LAYERS = [
+    {"errors", "catalog", "config"},
+    {"engine"},
+    {"workload"},
+    {"system"},
+    {"cost", "metrics", "sessions", "sim"},
+    {"experiments"},
+    {"cli", "__init__"},
+]
+
+
+def layer_of(name: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if name in layer)
+
+
+def runtime_nodes(tree: ast.AST):
+    """Every node but those under `if TYPE_CHECKING:` (annotations only, never imported at run time)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            continue
+        yield node
+        yield from runtime_nodes(node)
+
+
+def imported_units(path: Path) -> set[str]:
+    units = set()
+    for node in runtime_nodes(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pddsim"):
+            parts = node.module.split(".")
+            if len(parts) > 1:
+                units.add(parts[1])
+            else:
+                units.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            units.update(a.name.split(".")[1] for a in node.names
+                         if a.name.startswith("pddsim."))
+    return units
+
+
+MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_upward_import(path):
+    rel = path.relative_to(PACKAGE)
+    unit = rel.parts[0] if len(rel.parts) > 1 else rel.stem
+    own = layer_of(unit)
+    for imported in imported_units(path):
+        assert layer_of(imported) <= own, f"{rel} (layer {own}) imports {imported} (layer {layer_of(imported)})"
