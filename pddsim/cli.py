@@ -46,7 +46,7 @@ def _config(args):
 
 
 def cmd_run(args) -> int:
-    from pddsim.metrics import by_bucket
+    from pddsim.metrics import by_bucket, headline, stage_table
     from pddsim.sim import load_workload, simulate
     cfg = _config(args)
     workload = load_workload(cfg)
@@ -57,10 +57,13 @@ def cmd_run(args) -> int:
     if args.json:
         print(_json(result.summary))
     else:
-        width = max(map(len, result.summary))
-        for key, value in result.summary.items():
-            shown = f"{value:.6g}" if isinstance(value, float) else value
-            print(f"{key:<{width}}  {shown}")
+        shown = headline(result.summary)
+        width = max(map(len, shown))
+        for key, value in shown.items():
+            value = f"{value:.6g}" if isinstance(value, float) else value
+            print(f"{key:<{width}}  {value}")
+        print("\nwhere the time went (seconds per request, completed requests):")
+        print(stage_table(result.summary).to_string(float_format=lambda v: f"{v:.4g}"))
     if args.by_bucket:
         print(by_bucket(result.requests).to_string(float_format=lambda v: f"{v:.3f}"),
               file=sys.stderr if args.json else sys.stdout)

@@ -10,11 +10,13 @@ from array import array
 import numpy as np
 import pandas as pd
 
-from pddsim.engine.request import Request
+from pddsim.engine.request import STAGES, Request
 from pddsim.workload.stats import BUCKETS, bucket_index
 
 FLOAT_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "itl_max_s", "e2e_s", "finish_s", "wan_bytes",
                  "wan_bytes_no_drc", "rdma_bytes", "handoff_stall_s")
+STAGE_COLUMNS = tuple(f"stage_{s}_s" for s in STAGES)         # share of the E2E latency
+TTFT_STAGE_COLUMNS = tuple(f"ttft_{s}_s" for s in STAGES)     # share of the TTFT
 INT_COLUMNS = ("request", "session", "input_tokens", "output_tokens", "tokens_out", "hit_tokens",
                "hit_tokens_decode", "handoffs", "handoff_tail_tokens", "relay_tokens")
 
@@ -23,7 +25,9 @@ class Recorder:
     """Collects one row per ended request."""
 
     def __init__(self):
-        self.floats = {c: array("d") for c in FLOAT_COLUMNS}
+        self.floats = {c: array("d") for c in FLOAT_COLUMNS + STAGE_COLUMNS + TTFT_STAGE_COLUMNS}
+        self._stage_arrays = [self.floats[c] for c in STAGE_COLUMNS]
+        self._ttft_stage_arrays = [self.floats[c] for c in TTFT_STAGE_COLUMNS]
         self.ints = {c: array("q") for c in INT_COLUMNS}
         self.pipeline = array("b")
         self.failure = array("q")
@@ -47,6 +51,10 @@ class Recorder:
         f["wan_bytes_no_drc"].append(req.wan_bytes_no_drc)
         f["rdma_bytes"].append(req.rdma_bytes)
         f["handoff_stall_s"].append(req.handoff_stall_s)
+        stages, ttft = req.stages, req.ttft_stages or {}
+        for name, col, ttft_col in zip(STAGES, self._stage_arrays, self._ttft_stage_arrays):
+            col.append(stages.get(name, 0.0))
+            ttft_col.append(ttft.get(name, 0.0))
         i["request"].append(req.idx)
         i["session"].append(req.trace.session_id)
         i["input_tokens"].append(req.input_tokens)
@@ -138,7 +146,91 @@ def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_dur
         "rld_utilization": _pool_busy(instances, "relay"),
         "md_utilization": _pool_busy(instances, "decode"),
     }
+    for name, col, ttft_col in zip(STAGES, STAGE_COLUMNS, TTFT_STAGE_COLUMNS):
+        summary[f"stage_{name}_mean_s"] = float(done[col].mean()) if len(done) else float("nan")
+        summary[f"stage_{name}_p90_s"] = _pct(done[col], 90)
+        summary[f"ttft_stage_{name}_mean_s"] = float(done[ttft_col].mean()) if len(done) \
+            else float("nan")
+        summary[f"ttft_stage_{name}_p90_s"] = _pct(done[ttft_col], 90)
+    summary.update(serving_benchmark_names(df, done, dur))
     return {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in summary.items()}
+
+
+BENCH_STATS = ("mean", "median", "std", "p90", "p95", "p99")
+BENCH_KEYS = ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
+              "request_throughput", "request_goodput", "output_throughput",
+              "total_token_throughput") + tuple(
+    f"{stat}_{name}" for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms") for stat in BENCH_STATS)
+
+
+def headline(summary: dict) -> dict:
+    """The summary without its per-stage and serving-benchmark-named keys (shown as tables or
+    kept for `--json`): what a person reads first."""
+    return {k: v for k, v in summary.items()
+            if not k.startswith(("stage_", "ttft_stage_")) and k not in BENCH_KEYS}
+
+
+def serving_benchmark_names(df: pd.DataFrame, done: pd.DataFrame, duration_s: float) -> dict:
+    """The same run under the names serving benchmarks print (vLLM `bench serve`, SGLang
+    `bench_serving`), in their units (ms), so a simulated run reads beside a measured one.
+
+    Inter-token latency: pddsim keeps no per-token log, so `mean_itl_ms` is exact (all gaps over
+    all completed requests, i.e. the gap-weighted mean of TPOT) while its median, std and
+    percentiles are over each request's mean gap, weighted by its number of gaps."""
+    out = {
+        "completed": int(len(done)),
+        "failed": int(len(df) - len(done)),
+        "duration": float(duration_s),
+        "total_input_tokens": int(done["input_tokens"].sum()),
+        "total_output_tokens": int(done["tokens_out"].sum()),
+        "request_throughput": len(done) / duration_s,
+        "request_goodput": float(df["slo_met"].sum()) / duration_s,
+        "output_throughput": float(done["tokens_out"].sum()) / duration_s,
+        "total_token_throughput": float(done["input_tokens"].sum() + done["tokens_out"].sum())
+        / duration_s,
+    }
+    gaps = (done["tokens_out"] - 1).clip(lower=0).to_numpy(dtype=float)
+    series = {"ttft_ms": (done["ttft_s"].to_numpy() * 1e3, None),
+              "tpot_ms": (done["tpot_s"].to_numpy() * 1e3, None),
+              "itl_ms": (done["tpot_s"].to_numpy() * 1e3, gaps),
+              "e2el_ms": (done["e2e_s"].to_numpy() * 1e3, None)}
+    for name, (values, weights) in series.items():
+        keep = ~np.isnan(values) if weights is None else ~np.isnan(values) & (weights > 0)
+        stats = _weighted_stats(values[keep], None if weights is None else weights[keep])
+        out.update({f"{stat}_{name}": v for stat, v in stats.items()})
+    return out
+
+
+def _weighted_stats(values: np.ndarray, weights: np.ndarray | None) -> dict:
+    if not len(values):
+        return dict.fromkeys(BENCH_STATS, float("nan"))
+    w = np.ones_like(values) if weights is None else weights
+    order = np.argsort(values, kind="stable")
+    v, cw = values[order], np.cumsum(w[order])
+
+    def q(p):      # the smallest value with at least p of the weight at or below it
+        return float(v[np.searchsorted(cw, p * cw[-1], side="left")])
+
+    mean = float(np.average(values, weights=w))
+    if weights is None:     # the plain statistics a benchmark prints
+        return {"mean": mean, "median": float(np.median(values)), "std": float(np.std(values)),
+                "p90": float(np.percentile(values, 90)), "p95": float(np.percentile(values, 95)),
+                "p99": float(np.percentile(values, 99))}
+    return {"mean": mean, "median": q(0.5),
+            "std": float(np.sqrt(np.average((values - mean) ** 2, weights=w))),
+            "p90": q(0.9), "p95": q(0.95), "p99": q(0.99)}
+
+
+def stage_table(summary: dict) -> pd.DataFrame:
+    """Where the time went, one row per stage: mean and P90 seconds of TTFT and of E2E."""
+    rows = {name: {"ttft_mean_s": summary[f"ttft_stage_{name}_mean_s"],
+                   "ttft_p90_s": summary[f"ttft_stage_{name}_p90_s"],
+                   "e2e_mean_s": summary[f"stage_{name}_mean_s"],
+                   "e2e_p90_s": summary[f"stage_{name}_p90_s"]} for name in STAGES}
+    table = pd.DataFrame.from_dict(rows, orient="index").astype(float)
+    total = table["e2e_mean_s"].sum()
+    table["e2e_share"] = table["e2e_mean_s"] / total if total > 0 else 0.0
+    return table
 
 
 def by_bucket(df: pd.DataFrame) -> pd.DataFrame:

@@ -26,6 +26,10 @@ from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.engine.request import Request
 
 
+QUEUE_STAGE = {"prefill": "prefill_queue", "colocated": "prefill_queue", "relay": "relay_queue",
+               "decode": "decode_queue"}
+
+
 class Instance:
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
                  kv_capacity_tokens: int, batching, cache: PrefixCache | None, hooks):
@@ -101,6 +105,8 @@ class Instance:
         req.pinned_blocks = -1 if use_cache else 0
         req.uses_cache = use_cache
         req.decoding = False
+        if req.stage != "handoff":            # an MD absorbing a handoff: still the handoff
+            req.enter(QUEUE_STAGE[self.role], self.env.now)
         self.pending_prefill_tokens += prefill
         self.waiting_tokens += prefill + context
         self.waiting.append(req)
@@ -184,6 +190,8 @@ class Instance:
                 req.emit(now, req.ready_tokens)
                 req.ready_tokens = 0
             if req.prefill_left:
+                if req.stage == "prefill_queue":
+                    req.enter("prefill", now)
                 req.reserved = need
                 self.held += need
                 self.prefilling.append(req)
@@ -303,6 +311,7 @@ class Instance:
             self._join_decoding(req)
 
     def _join_decoding(self, req: Request) -> None:
+        req.enter("relay_decode" if self.role == "relay" else "decode", self.env.now)
         req.decoding = True
         req.start_iter = self.iters
         req.finish_iter = self.iters + req.decode_left
@@ -346,6 +355,7 @@ class Instance:
         recompute its whole context when readmitted (vLLM's recompute preemption)."""
         victim = next(reversed(self._decoders))
         self._leave_decoding(victim)
+        victim.enter("recompute", self.env.now)
         self.preemptions += 1
         victim.prefill_left, victim.context = victim.context, 0
         self.pending_prefill_tokens += victim.prefill_left

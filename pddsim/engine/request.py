@@ -2,6 +2,12 @@
 
 The stream is kept as three numbers (first token, last token, largest gap) plus a count, never as a
 per-token log. Finished requests leave only their record behind.
+
+Where its time goes is kept as a partition: the request is always in exactly one named *stage* of
+the path its stream takes (see STAGES), and entering a stage closes the previous one. The stages'
+durations therefore add up to its end-to-end latency, and those closed before the first token to its
+TTFT, by construction. Work off the stream's path (PDD's WAN copy while the RLD streams) is not a
+stage: it delays nobody the user sees.
 """
 from __future__ import annotations
 
@@ -9,6 +15,20 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the engine reads a trace entry's fields; it needs no workload code
     from pddsim.workload.model import TraceRequest
+
+
+STAGES = (
+    "prefill_queue",   # waiting for a prefill-side instance to admit it (batch slots, KV memory)
+    "prefill",         # prompt computation (chunked, possibly over several iterations)
+    "kv_rdma",         # prompt KV crossing the cluster fabric to the instance that will stream
+    "kv_wan",          # prompt KV crossing the WAN to the instance that will stream
+    "relay_queue",     # waiting for an RLD to admit it
+    "relay_decode",    # decoding on the RLD (catch-up handoffs included: the RLD keeps streaming)
+    "handoff",         # final handoff: token IDs over the WAN, MD admission and its extend step
+    "decode_queue",    # waiting for a decode instance (D or MD) to admit it
+    "decode",          # decoding on the instance that streams last (D, MD or colocated)
+    "recompute",       # preempted for memory: re-queued and recomputing its context
+)
 
 
 class Request:
@@ -23,9 +43,12 @@ class Request:
         "reserved", "pinned_blocks", "uses_cache", "hold", "inst", "decoding",
         # pipeline scratch (transfers, handoff progress)
         "state",
+        # where its time went: current stage, since when, seconds per closed stage, the same
+        # frozen at the first token; `log` keeps every (stage, entered_s) for a timeline, or None
+        "stage", "stage_s", "stages", "ttft_stages", "log",
     )
 
-    def __init__(self, idx: int, trace: TraceRequest, arrival_s: float):
+    def __init__(self, idx: int, trace: TraceRequest, arrival_s: float, log: bool = False):
         self.idx = idx
         self.trace = trace
         self.arrival_s = arrival_s
@@ -62,11 +85,35 @@ class Request:
         self.inst = None
         self.decoding = False
         self.state = None
+        self.stage = "prefill_queue"
+        self.stage_s = arrival_s
+        self.stages: dict[str, float] = {}
+        self.ttft_stages: dict[str, float] | None = None
+        self.log = [("prefill_queue", arrival_s)] if log else None
+
+    def enter(self, stage: str, now: float) -> None:
+        """The stream's path moves on to `stage` at `now`."""
+        if stage == self.stage:
+            return
+        self.stages[self.stage] = self.stages.get(self.stage, 0.0) + now - self.stage_s
+        self.stage, self.stage_s = stage, now
+        if self.log is not None:
+            self.log.append((stage, now))
+
+    def close_stages(self, now: float) -> None:
+        """The request has ended: account its last stage."""
+        self.enter("", now)
+
+    def _first_token(self, now: float) -> None:
+        self.first_token_s = now
+        frozen = dict(self.stages)
+        frozen[self.stage] = frozen.get(self.stage, 0.0) + now - self.stage_s
+        self.ttft_stages = frozen
 
     def emit(self, now: float, n: int = 1) -> None:
         """`n` tokens reach the user at `now`."""
         if self.first_token_s is None:
-            self.first_token_s = now
+            self._first_token(now)
         elif now - self.last_token_s > self.max_gap_s:
             self.max_gap_s = now - self.last_token_s
         self.last_token_s = now
@@ -83,6 +130,6 @@ class Request:
     def mark_stream_resumed(self, now: float) -> None:
         """The first token of a decode run arrives at `now`: account the gap before it."""
         if self.first_token_s is None:
-            self.first_token_s = now
+            self._first_token(now)
         elif now - self.last_token_s > self.max_gap_s:
             self.max_gap_s = now - self.last_token_s

@@ -57,10 +57,11 @@ class PDD(Disaggregated):
         if req.pipeline != "p_md":
             st.rld = self.routers["relay"].pick(self.dep.pools["relay"], req)
             st.transfers += 1
-            self.ship_kv(req, p, st.rld, lambda: self._relay_has_prompt(req))
+            self.ship_kv(req, p, st.rld, lambda: self._relay_has_prompt(req), streams=True)
         if req.pipeline != "p_rld":
             st.transfers += 1
-            st.wan_flow = self.ship_kv(req, p, md, lambda: self._md_has_prompt(req))
+            st.wan_flow = self.ship_kv(req, p, md, lambda: self._md_has_prompt(req),
+                                      streams=req.pipeline == "p_md")
 
     def _transfer_done(self, req: Request) -> None:
         st = req.state
@@ -105,6 +106,7 @@ class PDD(Disaggregated):
         st.rounds += 1
         st.md_busy = True
         if final:
+            req.enter("handoff", self.env.now)
             req.relay_tokens = req.tokens_out
             req.handoff_tail_tokens = n_ids
         nbytes = n_ids * self.cfg.token_id_bytes

@@ -31,6 +31,7 @@ class Pipeline:
 
     def _end(self, req: Request) -> None:
         req.finish_s = self.env.now
+        req.close_stages(self.env.now)
         req.inst = None
         self.on_end(req)
 
@@ -56,10 +57,11 @@ class Disaggregated(Pipeline):
 
     def prefill_done(self, req: Request, p) -> None:
         d = self.routers["decode"].pick(self.dep.pools["decode"], req)
-        self.ship_kv(req, p, d, lambda: self._kv_arrived(req, p, d))
+        self.ship_kv(req, p, d, lambda: self._kv_arrived(req, p, d), streams=True)
 
-    def ship_kv(self, req: Request, src, dst, on_arrival) -> object:
-        """Send the prompt KV that `dst` lacks (a decode-side cache holds the rest)."""
+    def ship_kv(self, req: Request, src, dst, on_arrival, *, streams: bool) -> object:
+        """Send the prompt KV that `dst` lacks (a decode-side cache holds the rest). `streams`:
+        `dst` is where the user's stream goes next, so the request waits on this transfer."""
         have = dst.cached_tokens(req)
         if dst.cache is not None:
             req.hit_tokens_decode = have
@@ -71,6 +73,8 @@ class Disaggregated(Pipeline):
             req.wan_bytes_no_drc += req.input_tokens * kv
         else:
             req.rdma_bytes += nbytes
+        if streams:
+            req.enter("kv_wan" if link is self.dep.wan else "kv_rdma", self.env.now)
         return link.send(nbytes, on_arrival)
 
     def _kv_arrived(self, req: Request, p, d) -> None:
