@@ -10,10 +10,10 @@ import json
 import sys
 from pathlib import Path
 
+from pddsim.config import bundled
 from pddsim.errors import InputError
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-DEFAULT_CONFIG = CONFIG_DIR / "same_dc_pd.yaml"
+DEFAULT_CONFIG = bundled("same_dc_pd.yaml")
 
 
 class Parser(argparse.ArgumentParser):

@@ -5,6 +5,7 @@ Configs speak the units people think in (Gbps, ms, GB); `pddsim.system` converts
 from __future__ import annotations
 
 import copy
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -256,6 +257,13 @@ def load_config(path: str | Path, overrides: list[str] = (), values: dict[str, A
         set_dotted(raw, key, value)
     raw.setdefault("base_dir", str(path.resolve().parent))
     return from_dict(raw, str(path))
+
+
+def bundled(relative: str) -> Path:
+    """A scenario shipped with the package: `configs/` in the repository, `pddsim.configs` once
+    installed (a wheel carries it; its configs find the trace in `pddsim.traces` at the same
+    relative path as in the repository)."""
+    return Path(str(resources.files("pddsim.configs").joinpath(relative)))
 
 
 def schema() -> dict:

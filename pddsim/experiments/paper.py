@@ -4,11 +4,11 @@ percentages, 15% for seconds and ratios."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
-PAPER_DIR = Path(__file__).resolve().parents[2] / "configs" / "paper"
-PAPER_CONFIGS = [PAPER_DIR / f"{name}.yaml" for name in ("same_dc_pd", "cross_dc_pd", "pdd")]
+from pddsim.config import bundled
+
+PAPER_CONFIGS = [bundled(f"paper/{name}.yaml") for name in ("same_dc_pd", "cross_dc_pd", "pdd")]
 
 
 @dataclass(frozen=True)
