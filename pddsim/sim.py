@@ -18,7 +18,7 @@ import simpy
 from pddsim.config import Config
 from pddsim.cost import cost_per_hour
 from pddsim.system.deployment import build
-from pddsim.errors import InputError
+from pddsim.errors import InputError, InvariantError
 from pddsim.metrics import Recorder, summarize
 from pddsim.system.pdd import PDD
 from pddsim.system.pipelines import Colocated, Disaggregated
@@ -83,8 +83,11 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     routers = {pool: make_router(getattr(cfg.policies, f"{pool}_router"))
                for pool in ("prefill", "decode", "relay")}
     replay: Replay | None = None
+    in_flight: dict[int, Request] = {}     # issued, not ended: each request ends exactly once
 
     def on_end(req: Request) -> None:
+        if in_flight.pop(req.idx, None) is not req:
+            raise InvariantError(f"request {req.idx} ended twice (or something else ended in its name)")
         recorder.record(req)
         replay.request_ended(req.idx)
         if on_progress is not None:
@@ -95,7 +98,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     reqs = workload.requests
 
     def issue(idx: int) -> None:
-        pipeline.dispatch(Request(idx, reqs[idx], env.now))
+        req = in_flight[idx] = Request(idx, reqs[idx], env.now)
+        pipeline.dispatch(req)
 
     replay = Replay(env, workload, cfg.workload, np.random.default_rng([seed, 3]), issue)
     replay.start()

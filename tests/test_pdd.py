@@ -140,3 +140,29 @@ def test_drc_switch_off_sends_every_prompt_whole(tmp_path):
     s = simulate(cfg, _sessions()).summary
     assert s["wan_bytes"] == pytest.approx(s["wan_bytes_no_drc"])
     assert s["prefix_hit_rate_md"] == 0
+
+
+def test_a_catch_up_part_the_md_cannot_hold_never_ends_the_request(tmp_path):
+    """An MD of 2 x H100 holds ~8.5k tokens of KV: the prompt lands, but a catch-up part on top of
+    it cannot fit. Catch-up stops there and the RLD finishes the request; the other request, issued
+    later, is still served (a failing shadow used to end the request in its name and stop the run)."""
+    cfg = config(tmp_path, roles=(("prefill", 1), ("relay", 1), ("decode", 1, 2)), two_clusters=True,
+                 prefix_cache={"decode_tokens": 0},
+                 pdd={"handoff": "catch_up", "path_policy": "always_relay", "catch_up_tokens": 16})
+    df = simulate(cfg, workload((0.0, 8400, 1000), (5.0, 2000, 100))).requests
+    assert list(df.request) == [0, 1]
+    assert (df.status == "completed").all() and (df.tokens_out == df.output_tokens).all()
+    first = df.iloc[0]
+    assert first.pipeline == "p_rld" and first.relay_tokens == 1000 and first.handoffs == 0
+
+
+def test_a_request_ending_twice_stops_the_run(tmp_path, monkeypatch):
+    from pddsim.errors import InvariantError
+    from pddsim.system.pipelines import Pipeline
+
+    def finished_twice(self, req, inst):
+        self._end(req)
+        self._end(req)
+    monkeypatch.setattr(Pipeline, "finished", finished_twice)
+    with pytest.raises(InvariantError, match="request 0 ended twice"):
+        simulate(pdd(tmp_path), workload((0.0, 1000, 10), (1.0, 1000, 10)))

@@ -6,7 +6,9 @@ only the blocks the MD's decode-side cache lacks. When the MD holds the prompt's
 the IDs of the tokens it produced; the MD recomputes their KV in an extend step of its own batch
 and takes over the stream. A request whose RLD finishes first never needs the MD: its WAN transfer
 is cancelled. During a catch-up handoff the request decodes on the RLD while a shadow job of it
-absorbs the handed-over tokens on the MD, so each instance sees one job at a time.
+absorbs the handed-over tokens on the MD, so each instance sees one job at a time. A shadow is not
+the request: it never ends it. If the MD cannot take a shadow, catch-up stops there and the RLD
+finishes (or fails) the request itself.
 """
 from __future__ import annotations
 
@@ -41,6 +43,14 @@ class PDD(Disaggregated):
         self.cfg = cfg
         self.paths = PATH_POLICIES[cfg.path_policy](cfg, rng)
         self.handoff = HANDOFFS[cfg.handoff](cfg)
+
+    def failed(self, job: Request, inst, reason: str) -> None:
+        st = job.state
+        if st is not None and job is st.shadow:    # the MD cannot absorb the handed-over tokens
+            st.shadow = None
+            st.md_busy = False                     # no handoff follows: the RLD keeps the request
+            return
+        super().failed(job, inst, reason)
 
     def prefill_done(self, job: Request, inst) -> None:
         if inst.role == "decode":
