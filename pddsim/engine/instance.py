@@ -78,8 +78,8 @@ class Instance:
 
     @property
     def queued_tokens(self) -> int:
-        """Work accepted but not started: prefill tokens still to compute on a prefill-side
-        instance, tokens waiting for admission (memory) on a decoder."""
+        """Work accepted but not done: prefill tokens still to compute on a prefill-side instance
+        (net of the prefix hits they will get), tokens waiting for admission (memory) on a decoder."""
         return self.pending_prefill_tokens if self.role in ("prefill", "colocated") \
             else self.waiting_tokens
 
@@ -107,7 +107,9 @@ class Instance:
         req.decoding = False
         if req.stage != "handoff":            # an MD absorbing a handoff: still the handoff
             req.enter(QUEUE_STAGE[self.role], self.env.now)
-        self.pending_prefill_tokens += prefill
+        if use_cache:   # queued work counts net of the hit it will get; `_lookup_prefix` reconciles
+            req.hit_tokens = self._hit_blocks(req) * req.block_tokens
+        self.pending_prefill_tokens += prefill - req.hit_tokens if use_cache else prefill
         self.waiting_tokens += prefill + context
         self.waiting.append(req)
         self._poke()
@@ -205,15 +207,20 @@ class Instance:
         self.waiting_tokens -= req.prefill_left + req.context
         return req
 
+    def _hit_blocks(self, req: Request) -> int:
+        """Whole cached blocks of the prompt a lookup now would skip (the last token is computed)."""
+        if self.cache is None or not req.hash_ids or not req.block_tokens:
+            return 0
+        return min(self.cache.match(req.hash_ids), (req.input_tokens - 1) // req.block_tokens)
+
     def _lookup_prefix(self, req: Request) -> None:
-        blocks = self.cache.match(req.hash_ids) if self.cache is not None and req.hash_ids else 0
-        hit = min(req.input_tokens - 1, blocks * req.block_tokens)   # the last token is computed
-        blocks = min(blocks, max(hit, 0) // req.block_tokens) if req.block_tokens else 0
+        """Pin the prompt's cached prefix; the cache may have changed since `submit` estimated it."""
+        blocks = self._hit_blocks(req)
         if blocks:
             self.cache.pin(req.hash_ids, blocks)
         req.pinned_blocks = blocks
+        self.pending_prefill_tokens += req.hit_tokens - blocks * req.block_tokens
         req.hit_tokens = blocks * req.block_tokens
-        self.pending_prefill_tokens -= req.hit_tokens
         req.prefill_left = req.input_tokens - req.hit_tokens
         req.context = req.hit_tokens
 
