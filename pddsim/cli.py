@@ -1,6 +1,7 @@
 """Command line: `pddsim run | compare | capacity | sweep | check | validate | schema | trace | bench`.
 
-Bad input ends with one line on stderr and exit status 2; an internal error with exit status 1.
+Bad input ends with one line on stderr and exit status 2; an internal error with one line and exit
+status 1 (`--debug`: the traceback).
 """
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import traceback
 from pathlib import Path
 
 from pddsim.config import bundled
@@ -17,7 +19,13 @@ DEFAULT_CONFIG = bundled("same_dc_pd.yaml")
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and exit status 2 like any other bad input."""
+    """argparse, but a usage error is one line and exit status 2 like any other bad input; every
+    (sub)command takes `--debug`."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                          help="on an internal error, print the traceback")
 
     def error(self, message):
         raise InputError(message)
@@ -285,6 +293,7 @@ def _knob_type(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = None
     try:
         args = parser().parse_args(argv)
         return args.func(args)
@@ -297,8 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as e:  # an internal error: say what, not a wall of traceback
-        print(f"pddsim: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+    except Exception as e:  # an internal error: say what, not a wall of traceback (unless asked)
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        else:
+            print(f"pddsim: internal error: {type(e).__name__}: {e} (--debug shows the traceback)",
+                  file=sys.stderr)
         return 1
 
 

@@ -1,13 +1,14 @@
 """Scenario configuration: YAML validated by typed models with field-precise errors.
 
-Configs speak the units people think in (Gbps, ms, GB); `pddsim.system` converts them to SI once.
+Configs speak the units people think in (Gbps, ms, GB); `pddsim.system.deployment` converts them to SI
+once.
 """
 from __future__ import annotations
 
 import copy
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping, Sequence
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -238,7 +239,8 @@ def from_dict(raw: dict, origin: str) -> Config:
         raise InputError(f"{origin}: {loc}: {first['msg']}{more}") from None
 
 
-def load_config(path: str | Path, overrides: list[str] = (), values: dict[str, Any] = {}) -> Config:
+def load_config(path: str | Path, overrides: Sequence[str] = (),
+                values: Mapping[str, Any] | None = None) -> Config:
     """Read, override (`KEY=VALUE` texts parsed as YAML, then `values` taken literally) and
     validate a scenario."""
     path = Path(path)
@@ -253,7 +255,7 @@ def load_config(path: str | Path, overrides: list[str] = (), values: dict[str, A
     raw = copy.deepcopy(raw)
     for text in overrides:
         set_dotted(raw, *parse_override(text))
-    for key, value in values.items():
+    for key, value in (values or {}).items():
         set_dotted(raw, key, value)
     raw.setdefault("base_dir", str(path.resolve().parent))
     return from_dict(raw, str(path))

@@ -295,8 +295,22 @@ def test_internal_error_exits_1_with_one_line(capsys, monkeypatch):
     monkeypatch.setattr(pddsim.config, "schema", broken)
     code, out, err = cli_run(capsys, "schema")
     assert code == 1
-    assert err.splitlines() == ["pddsim: internal error: RuntimeError: boom"]
+    assert err.splitlines() == ["pddsim: internal error: RuntimeError: boom "
+                                "(--debug shows the traceback)"]
     assert out == ""
+
+
+@pytest.mark.parametrize("argv", [["--debug", "schema"], ["schema", "--debug"]])
+def test_debug_shows_the_traceback_of_an_internal_error(capsys, monkeypatch, argv):
+    import pddsim.config
+
+    def broken():
+        raise RuntimeError("boom")
+    monkeypatch.setattr(pddsim.config, "schema", broken)
+    code, _, err = cli_run(capsys, *argv)
+    assert code == 1
+    assert err.startswith("Traceback") and "in broken" in err
+    assert err.splitlines()[-1] == "RuntimeError: boom"
 
 
 def test_subprocess_usage_error():

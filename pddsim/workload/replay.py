@@ -17,7 +17,7 @@ from pddsim.workload.model import Workload
 
 class Replay:
     def __init__(self, env, workload: Workload, wcfg: WorkloadConfig, rng: np.random.Generator,
-                 issue: Callable[[int, float], None]):
+                 issue: Callable[[int], None]):
         self.env = env
         self.reqs = workload.requests
         self.cfg = wcfg
