@@ -10,7 +10,7 @@ from array import array
 import numpy as np
 import pandas as pd
 
-from pddsim.engine.request import STAGES, Request
+from pddsim.engine.request import STAGES, Request, Route
 from pddsim.workload.stats import BUCKETS, bucket_index
 
 FLOAT_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "itl_max_s", "e2e_s", "finish_s", "wan_bytes",
@@ -72,7 +72,7 @@ class Recorder:
         df = pd.DataFrame({**{c: np.frombuffer(a, dtype=np.float64) for c, a in self.floats.items()},
                            **{c: np.frombuffer(a, dtype=np.int64) for c, a in self.ints.items()}})
         df["pipeline"] = pd.Categorical.from_codes(np.frombuffer(self.pipeline, dtype=np.int8),
-                                                   categories=list(self._pipelines))
+                                                   categories=[str(p) for p in self._pipelines])
         df["failure"] = np.array(list(self._failures), dtype=object)[
             np.frombuffer(self.failure, dtype=np.int64)]
         df["status"] = np.where(df["failure"] == "", "completed", "failed")
@@ -106,7 +106,7 @@ def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_dur
     dur = max(sim_duration_s, 1e-12)
     met = int(df["slo_met"].sum())
     goodput = met / dur
-    to_decoder = df[df["pipeline"].isin(["p_d", "p_md", "p_rld_md"])]
+    to_decoder = df[df["pipeline"].isin([Route.P_D.value, Route.P_MD.value, Route.P_RLD_MD.value])]
     handed = df[df["handoffs"] > 0]
     summary = {
         "system": system,
@@ -134,9 +134,9 @@ def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_dur
         "rdma_bytes": float(df["rdma_bytes"].sum()),
         "wall_s": wall_s,
         "rld_token_share": float(df["relay_tokens"].sum() / max(df["tokens_out"].sum(), 1)),
-        "pipeline_p_md": _share(df["pipeline"] == "p_md"),
-        "pipeline_p_rld_md": _share(df["pipeline"] == "p_rld_md"),
-        "pipeline_rld_only": _share(df["pipeline"] == "p_rld"),
+        "pipeline_p_md": _share(df["pipeline"] == Route.P_MD.value),
+        "pipeline_p_rld_md": _share(df["pipeline"] == Route.P_RLD_MD.value),
+        "pipeline_rld_only": _share(df["pipeline"] == Route.P_RLD.value),
         "handoffs_one_shot": int((df["handoffs"] == 1).sum()),
         "handoffs_catch_up": int((df["handoffs"] > 1).sum()),
         "handoff_stall_p99_s": _pct(handed["handoff_stall_s"], 99),

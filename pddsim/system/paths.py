@@ -1,4 +1,5 @@
-"""Which PDD pipeline a request takes once its prefill is done, chosen by name in the config:
+"""Which PDD route (`pddsim.engine.request.Route`) a request takes once its prefill is done,
+chosen by name in the config:
 
 * `p_md`: the KV the MD lacks crosses the WAN and the MD streams (high-hit requests: small delta);
 * `p_rld_md`: dual path, the RLD streams while the WAN carries the delta, then hands off;
@@ -9,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from pddsim.config import Pdd
+from pddsim.engine.request import Route
 
 
 class PathPolicy:
@@ -16,7 +18,7 @@ class PathPolicy:
         self.cfg = cfg
         self.rng = rng
 
-    def choose(self, req, lacking_bytes: float, wan) -> str:
+    def choose(self, req, lacking_bytes: float, wan) -> Route:
         raise NotImplementedError
 
     def anomalous(self, req) -> bool:
@@ -36,9 +38,9 @@ class WanThreshold(PathPolicy):
 
     def choose(self, req, lacking_bytes, wan):
         if self.anomalous(req):
-            return "p_rld"
+            return Route.P_RLD
         slow = wan.expected_transfer_s(lacking_bytes) > self.cfg.relay_above_s
-        return "p_rld_md" if slow else "p_md"
+        return Route.P_RLD_MD if slow else Route.P_MD
 
 
 class Oracle(PathPolicy):
@@ -48,27 +50,27 @@ class Oracle(PathPolicy):
     def choose(self, req, lacking_bytes, wan):
         wan_s = wan.expected_transfer_s(lacking_bytes, nominal=False)
         if req.output_tokens * self.cfg.tpot_estimate_s < wan_s:
-            return "p_rld"
-        return "p_rld_md" if wan_s > self.cfg.relay_above_s else "p_md"
+            return Route.P_RLD
+        return Route.P_RLD_MD if wan_s > self.cfg.relay_above_s else Route.P_MD
 
 
 class AlwaysRelay(PathPolicy):
     def choose(self, req, lacking_bytes, wan):
-        return "p_rld" if self.anomalous(req) else "p_rld_md"
+        return Route.P_RLD if self.anomalous(req) else Route.P_RLD_MD
 
 
 class NeverRelay(PathPolicy):
     """Cross-datacenter PD with the decode-side cache: no latency hiding."""
 
     def choose(self, req, lacking_bytes, wan):
-        return "p_md"
+        return Route.P_MD
 
 
 class FinishOnRelay(WanThreshold):
     """Ablation the paper warns against: low-hit requests are decoded to the end on the RLD."""
 
     def choose(self, req, lacking_bytes, wan):
-        return "p_rld" if super().choose(req, lacking_bytes, wan) != "p_md" else "p_md"
+        return Route.P_RLD if super().choose(req, lacking_bytes, wan) != Route.P_MD else Route.P_MD
 
 
 PATH_POLICIES = {"wan_threshold": WanThreshold, "oracle": Oracle, "always_relay": AlwaysRelay,

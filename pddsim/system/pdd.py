@@ -15,11 +15,11 @@ from __future__ import annotations
 from pddsim.system.handoff import HANDOFFS
 from pddsim.system.paths import PATH_POLICIES
 from pddsim.system.pipelines import Disaggregated
-from pddsim.engine.request import Request
+from pddsim.engine.request import Request, Route
 
 
-class Relay:
-    """Per-request scratch of the PDD pipeline."""
+class PddRequestState:
+    """One request's state in the PDD pipeline: where its KV went, how far its handoff is."""
 
     __slots__ = ("req", "p", "p_held", "rld", "md", "shadow", "wan_flow", "transfers", "absorbed",
                  "md_busy", "rounds", "final")
@@ -61,17 +61,17 @@ class PDD(Disaggregated):
     # -- after prefill: pick the MD and the path ---------------------------------------------------
     def _after_prefill(self, req: Request, p) -> None:
         md = self.routers["decode"].pick(self.dep.pools["decode"], req)
-        st = req.state = Relay(req, p, md)
+        st = req.state = PddRequestState(req, p, md)
         lacking = (req.input_tokens - md.cached_tokens(req)) * self.dep.model.kv_bytes_per_token
         req.pipeline = self.paths.choose(req, lacking, self.dep.wan)
-        if req.pipeline != "p_md":
+        if req.pipeline != Route.P_MD:
             st.rld = self.routers["relay"].pick(self.dep.pools["relay"], req)
             st.transfers += 1
             self.ship_kv(req, p, st.rld, lambda: self._relay_has_prompt(req), streams=True)
-        if req.pipeline != "p_rld":
+        if req.pipeline != Route.P_RLD:
             st.transfers += 1
             st.wan_flow = self.ship_kv(req, p, md, lambda: self._md_has_prompt(req),
-                                      streams=req.pipeline == "p_md")
+                                      streams=req.pipeline == Route.P_MD)
 
     def _transfer_done(self, req: Request) -> None:
         st = req.state
@@ -89,7 +89,7 @@ class PDD(Disaggregated):
         self.kv_landed(req, st.md)
         if req.finish_s is not None:            # finished on the RLD meanwhile
             return
-        if req.pipeline == "p_md":
+        if req.pipeline == Route.P_MD:
             self.start_decode(req, st.md)
         else:
             self._next_handoff(req)
@@ -155,7 +155,7 @@ class PDD(Disaggregated):
         req.handoff_stall_s = self.env.now - req.last_token_s
         md.stream(req)
 
-    def _md_drop(self, st: Relay) -> None:
+    def _md_drop(self, st: PddRequestState) -> None:
         """Free the KV a catch-up shadow holds on the MD."""
         if st.shadow is not None and st.shadow.reserved:
             st.md.release(st.shadow)
@@ -167,7 +167,7 @@ class PDD(Disaggregated):
         if st is not None:
             if st.rld is not None and not st.final:
                 req.relay_tokens = req.tokens_out
-                req.pipeline = "p_rld"
+                req.pipeline = Route.P_RLD
             flow = st.wan_flow
             if flow is not None and not flow.done:
                 self.dep.wan.cancel(flow)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from pddsim.system.deployment import Deployment
-from pddsim.engine.request import Request
+from pddsim.engine.request import Request, Route
 
 
 class Pipeline:
@@ -40,7 +40,7 @@ class Colocated(Pipeline):
     """Prefill and decode in one instance (Sarathi-style mixed batches): the non-disaggregated baseline."""
 
     def dispatch(self, req: Request) -> None:
-        req.pipeline = "colocated"
+        req.pipeline = Route.COLOCATED
         inst = self.routers["prefill"].pick(self.dep.pools["colocated"], req)
         inst.submit(req, prefill=req.input_tokens, decode=req.output_tokens, context=0, use_cache=True)
 
@@ -51,7 +51,7 @@ class Disaggregated(Pipeline):
     made by the prefill, reaches the user when the decode instance takes the request."""
 
     def dispatch(self, req: Request) -> None:
-        req.pipeline = "p_d"
+        req.pipeline = Route.P_D
         inst = self.routers["prefill"].pick(self.dep.pools["prefill"], req)
         inst.submit(req, prefill=req.input_tokens, decode=0, context=0, use_cache=True, hold=True)
 
