@@ -110,10 +110,16 @@ def cmd_capacity(args) -> int:
     summary = cap.summary()
     if args.json:
         print(_json(summary))
-    else:
-        print(f"capacity {cap.capacity_rps:.4g} req/s (time scale {cap.time_scale:.3g}) at "
-              f"SLO target {cfg.slo.target:.0%}: goodput {summary['goodput_rps']:.4g} req/s, "
-              f"cost ${summary['cost_per_hour']:.2f}/h, BCR {summary['bcr']:.4g} req/$")
+        return 0
+    where = f"{cap.knob} {cap.load:.4g}, SLO target {cfg.slo.target:.0%}"
+    if not cap.found:
+        print(f"capacity not found: the SLO target held at every load tried, up to "
+              f"{cap.lower_bound_rps:.4g} req/s achieved ({where}); that rate is a lower bound "
+              f"(the workload's sessions run out before the SLO breaks: give it more sessions)")
+        return 0
+    print(f"capacity {cap.capacity_rps:.4g} req/s achieved ({where}): "
+          f"goodput {summary['goodput_rps']:.4g} req/s, "
+          f"cost ${summary['cost_per_hour']:.2f}/h, BCR {summary['bcr']:.4g} req/$")
     return 0
 
 

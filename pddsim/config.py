@@ -103,7 +103,10 @@ class WorkloadConfig(Strict):
     session_start: Literal["recorded", "poisson", "concurrent"] = "recorded"
     session_rate_rps: float | None = Field(None, gt=0, description="poisson session starts per second")
     concurrent_sessions: int | None = Field(None, ge=1, description="sessions kept in flight")
-    time_scale: float = Field(1.0, gt=0, description="arrival times are divided by this (load factor)")
+    time_scale: float = Field(
+        1.0, gt=0, description="load factor: sessions start this many times as often (recorded "
+        "starts divided by it, a Poisson rate multiplied); open loop also plays each session this "
+        "much faster, closed loop keeps think times")
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -113,6 +116,9 @@ class WorkloadConfig(Strict):
             raise ValueError("session_start 'poisson' needs session_rate_rps")
         if self.session_start == "concurrent" and self.concurrent_sessions is None:
             raise ValueError("session_start 'concurrent' needs concurrent_sessions")
+        if self.session_start == "concurrent" and self.replay == "closed" and self.time_scale != 1:
+            raise ValueError("time_scale has no effect on closed-loop replay with concurrent "
+                             "session starts: the load is concurrent_sessions")
         return self
 
 

@@ -18,7 +18,7 @@ FLOAT_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "itl_max_s", "e2e_s", "finish_
 STAGE_COLUMNS = tuple(f"stage_{s}_s" for s in STAGES)         # share of the E2E latency
 TTFT_STAGE_COLUMNS = tuple(f"ttft_{s}_s" for s in STAGES)     # share of the TTFT
 INT_COLUMNS = ("request", "session", "input_tokens", "output_tokens", "tokens_out", "hit_tokens",
-               "hit_tokens_decode", "handoffs", "handoff_tail_tokens", "relay_tokens")
+               "hit_tokens_decode", "handoffs", "handoff_tail_tokens", "relay_tokens", "follows")
 
 
 class Recorder:
@@ -65,6 +65,7 @@ class Recorder:
         i["handoffs"].append(req.handoffs)
         i["handoff_tail_tokens"].append(req.handoff_tail_tokens)
         i["relay_tokens"].append(req.relay_tokens)
+        i["follows"].append(req.trace.follows)
         self.pipeline.append(self._pipelines.setdefault(req.pipeline, len(self._pipelines)))
         self.failure.append(self._failures.setdefault(req.failed or "", len(self._failures)))
 
@@ -98,6 +99,28 @@ def _pool_busy(instances: pd.DataFrame, role: str) -> float:
     return float(pool["busy_share"].mean()) if len(pool) else 0.0
 
 
+def achieved_rps(df: pd.DataFrame) -> float:
+    """Requests issued per second between the first issue and the last (N - 1 gaps over the span):
+    the load a run actually offered. In closed loop a slow system slows its agents down, so this is
+    measured, never read off the trace's schedule."""
+    issued = df["arrival_s"].to_numpy()
+    span = float(issued.max() - issued.min()) if len(issued) else 0.0
+    return (len(issued) - 1) / span if span > 0 else float("nan")
+
+
+def turns_out_of_order(df: pd.DataFrame) -> float:
+    """Share of the requests that follow another (`follows`) issued before that one ended. An agent
+    cannot do that; open-loop replay of a time-scaled session trace can (it compresses think times
+    and the trace's guessed service times), and it lowers hit rates. Closed loop: 0 by construction."""
+    follows = df["follows"].to_numpy()
+    turns = follows >= 0
+    if not turns.any():
+        return float("nan")
+    finish = np.full(int(max(df["request"].max(), follows.max())) + 1, np.nan)
+    finish[df["request"].to_numpy()] = df["finish_s"].to_numpy()
+    return float(np.mean(df["arrival_s"].to_numpy()[turns] < finish[follows[turns]]))
+
+
 def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_duration_s: float,
               cost_per_hour: float, wall_s: float) -> dict:
     """The run's headline figures, all SI units. Latency statistics are over completed requests;
@@ -114,6 +137,8 @@ def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_dur
         "requests_completed": int(len(done)),
         "requests_failed": int(len(df) - len(done)),
         "sim_duration_s": float(sim_duration_s),
+        "achieved_rps": achieved_rps(df),
+        "turns_out_of_order": turns_out_of_order(df),
         "ttft_mean_s": float(done["ttft_s"].mean()) if len(done) else float("nan"),
         "ttft_p50_s": _pct(done["ttft_s"], 50),
         "ttft_p90_s": _pct(done["ttft_s"], 90),

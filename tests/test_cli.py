@@ -323,3 +323,11 @@ def test_subprocess_malformed_trace(broken_trace):
     proc = run_subprocess("run", SAME_DC, "--quiet", "--trace", broken_trace)
     assert proc.stdout == ""
     assert_input_error(proc.returncode, proc.stderr, f"{broken_trace.resolve()}:3")
+
+
+
+def test_time_scale_with_closed_loop_concurrent_starts_is_rejected(capsys):
+    code, _, err = cli_run(capsys, "validate", SAME_DC, "--set", "workload.replay=closed",
+                           "--set", "workload.session_start=concurrent",
+                           "--set", "workload.concurrent_sessions=2", "--set", "workload.time_scale=2")
+    assert_input_error(code, err, "time_scale", "concurrent_sessions")

@@ -5,10 +5,21 @@ import pytest
 import yaml
 
 from helpers import config, write_config
-from pddsim.experiments.capacity import find_capacity
+from pddsim.experiments.capacity import at_load, find_capacity
 from pddsim.cli import main
 from pddsim.experiments.compare import compare, format_table
-from pddsim.workload.synthetic import poisson_workload
+from pddsim.sim import simulate
+from pddsim.workload.synthetic import AgentSpec, agent_workload, poisson_workload
+
+CLOSED = {"trace": "x", "replay": "closed"}
+
+
+def agents(sessions: int):
+    """Small agent sessions whose turns append 1K tokens to a 3K context, 2 s think time."""
+    return agent_workload(AgentSpec(
+        sessions=sessions, session_rate=0.2, turns_mean=5, system_tokens=512, context_mean=3000,
+        context_sigma=0.3, append_mean=1000, append_sigma=0.5, long_prob=0.0, output_mean=40,
+        output_sigma=0.3, think_mean=2, think_sigma=0.5, reset_prob=0, max_context=0), seed=0)
 
 
 def test_capacity_grows_with_instances(tmp_path):
@@ -17,8 +28,54 @@ def test_capacity_grows_with_instances(tmp_path):
     two = find_capacity(config(tmp_path, roles=(("colocated", 2),)), w)
     assert one.result.summary["slo_attainment"] >= 0.9
     assert 1.6 < two.capacity_rps / one.capacity_rps < 2.4
-    assert one.capacity_rps == pytest.approx(300 / (w.requests[-1].arrival_s - w.requests[0].arrival_s)
-                                             * one.time_scale)
+
+
+@pytest.mark.parametrize("workload, knob", [
+    ({}, "time_scale"),                                                # open loop, recorded starts
+    (CLOSED, "time_scale"),                                            # closed loop, recorded starts
+    ({**CLOSED, "session_start": "poisson", "session_rate_rps": 0.5}, "time_scale"),
+    ({**CLOSED, "session_start": "concurrent", "concurrent_sessions": 2}, "concurrent_sessions"),
+])
+def test_capacity_is_a_rate_the_run_achieved(tmp_path, workload, knob):
+    """Re-running at the reported load achieves exactly the reported rate within the SLO target,
+    and a load 10% above it breaks the SLO: closed loop can fail too. In closed loop the trace's
+    schedule (requests over the scaled recorded span) promises more than the run achieves."""
+    cfg = config(tmp_path, roles=(("colocated", 1),), per_token=1e-4, workload={**CLOSED, **workload})
+    w = agents(30)
+    cap = find_capacity(cfg, w)
+    assert cap.found and cap.knob == knob
+    again = simulate(at_load(cfg, cap.load), w).summary
+    assert again["achieved_rps"] == cap.capacity_rps
+    assert again["slo_attainment"] >= cfg.slo.target
+    above = cap.load + 1 if knob == "concurrent_sessions" else cap.load * 1.1
+    assert simulate(at_load(cfg, above), w).summary["slo_attainment"] < cfg.slo.target
+    if workload == CLOSED:
+        span = w.requests[-1].arrival_s - w.requests[0].arrival_s
+        assert cap.capacity_rps < 0.8 * len(w) / (span / cap.load)
+
+
+def test_capacity_not_found_when_the_slo_never_breaks(tmp_path, capsys):
+    """Four closed-loop sessions cannot load two instances: every session in flight at once still
+    meets the SLO, so the search says it found no capacity and gives the rate it reached."""
+    cfg = config(tmp_path, roles=(("colocated", 2),), workload=CLOSED)
+    cap = find_capacity(cfg, agents(4))
+    assert not cap.found and cap.capacity_rps is None
+    assert cap.lower_bound_rps == cap.result.summary["achieved_rps"] > 0
+    summary = cap.summary()
+    assert summary["capacity_found"] is False
+    assert summary["capacity_lower_bound_rps"] == cap.lower_bound_rps
+    raw = cfg.model_dump(exclude={"base_dir"}, exclude_none=True)
+    raw["workload"] = {"replay": "closed",
+                       "synthetic": {"kind": "agent", "knobs": agents(4).extra["spec"]}}
+    path = tmp_path / "idle.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["capacity", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("capacity not found") and "lower bound" in out
+    assert main(["capacity", str(path), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["capacity_rps"] is None and shown["capacity_lower_bound_rps"] == pytest.approx(
+        cap.lower_bound_rps)
 
 
 def test_compare_runs_every_system_on_one_workload(tmp_path):

@@ -121,3 +121,51 @@ def test_sub_agent_branch_replays_beside_its_parent(tmp_path):
     assert df.loc[2, "arrival_s"] == pytest.approx(end0 + 1.5)
     assert df.loc[2, "arrival_s"] < df.loc[1, "finish_s"]          # concurrent with the sub-agent
     assert df.loc[3, "arrival_s"] == pytest.approx(df.loc[1, "finish_s"] + 0.2)
+
+
+@pytest.mark.parametrize("replay", ["open", "closed"])
+def test_poisson_session_starts_honour_the_time_scale(tmp_path, replay):
+    """The time scale multiplies the Poisson session start rate: the same draws, starts twice as
+    early. Open loop also halves each session's offsets; closed loop keeps the think times."""
+    w = sessions_workload()
+    frames = {}
+    for scale in (1.0, 2.0):
+        cfg = config(tmp_path, roles=(("prefill", 2), ("decode", 2)),
+                     workload={"trace": "x", "replay": replay, "session_start": "poisson",
+                               "session_rate_rps": 1.0, "time_scale": scale})
+        frames[scale] = simulate(cfg, w).requests.set_index("request")
+    roots = [i for i, r in enumerate(w.requests) if r.follows < 0]
+    np.testing.assert_allclose(frames[2.0].loc[roots, "arrival_s"],
+                               frames[1.0].loc[roots, "arrival_s"] / 2)
+    turns = [i for i, r in enumerate(w.requests) if r.follows >= 0]
+    df = frames[2.0]
+    if replay == "closed":
+        parents = [w.requests[i].follows for i in turns]
+        np.testing.assert_allclose(df.loc[turns, "arrival_s"].to_numpy(),
+                                   df.loc[parents, "finish_s"].to_numpy() + 1.0)   # think_s
+    else:
+        np.testing.assert_allclose(df.loc[turns, "arrival_s"], frames[1.0].loc[turns, "arrival_s"] / 2)
+
+
+def test_turns_out_of_order_counts_turns_issued_before_their_predecessor_ended(tmp_path):
+    """Request 1 follows request 0 (3 s of decode) but the trace puts it at 1 s: open loop issues
+    it early, closed loop after request 0 ends. Request 2 follows request 1 and is on time."""
+    w = Workload([TraceRequest(0.0, 100, 300, session_id=0),
+                  TraceRequest(1.0, 100, 2, session_id=0, follows=0),
+                  TraceRequest(50.0, 100, 2, session_id=0, follows=1),
+                  TraceRequest(0.5, 100, 2)], sessions=1)
+    shares = {}
+    for replay in ("open", "closed"):
+        cfg = config(tmp_path, roles=(("colocated", 1),), workload={"trace": "x", "replay": replay})
+        shares[replay] = simulate(cfg, w).summary["turns_out_of_order"]
+    assert shares == {"open": 0.5, "closed": 0.0}
+    flat = simulate(config(tmp_path, roles=(("colocated", 1),)), poisson_workload(5, 1, 100, 5, seed=0))
+    assert flat.summary["turns_out_of_order"] is None        # no request follows another
+
+
+def test_achieved_rate_is_measured_from_the_issue_times(tmp_path):
+    cfg = config(tmp_path, roles=(("colocated", 1),), workload={"trace": "x", "replay": "closed"})
+    w = sessions_workload(n_sessions=4, turns=3)
+    df = simulate(cfg, w).requests
+    summary = simulate(cfg, w).summary
+    assert summary["achieved_rps"] == pytest.approx((len(df) - 1) / (df.arrival_s.max() - df.arrival_s.min()))

@@ -17,6 +17,7 @@ ROWS = [
     ("slo_attainment", "SLO attainment", "{:.1%}"),
     ("goodput_rps", "goodput rps", "{:.3f}"),
     ("capacity_rps", "capacity rps", "{:.3f}"),
+    ("capacity_lower_bound_rps", "capacity not found, >= rps", "{:.3f}"),
     ("bcr_at_capacity", "BCR at capacity", "{:.2f}"),
     ("cost_per_hour", "cost $/h", "{:.1f}"),
     ("bcr", "BCR req/$", "{:.2f}"),
@@ -30,14 +31,17 @@ ROWS = [
 def compare(configs: list[Config], workload: Workload, *, seed: int | None = None,
             capacity: bool = False, on_progress=None) -> list[dict]:
     """One summary per system at the workload's load; with `capacity`, each also gets the highest
-    rate at which it meets its SLO target (`capacity_rps`) and its BCR there."""
+    achieved rate at which it meets its SLO target (`capacity_rps`) and its BCR there (None when
+    the search never broke the SLO; `capacity_lower_bound_rps` then says how far it went)."""
     summaries = []
     for cfg in configs:
         summary = simulate(cfg, workload, seed, on_progress=on_progress).summary
         if capacity:
             cap = find_capacity(cfg, workload, seed=seed, on_progress=on_progress)
             summary["capacity_rps"] = cap.capacity_rps
-            summary["bcr_at_capacity"] = cap.result.summary["bcr"]
+            summary["bcr_at_capacity"] = cap.result.summary["bcr"] if cap.found else None
+            if not cap.found:
+                summary["capacity_lower_bound_rps"] = cap.lower_bound_rps
         summaries.append(summary)
     return summaries
 

@@ -2,7 +2,10 @@
 request leaves only `think_s` after the request it follows has finished streaming, so a slow system
 stretches the whole agent task as it would for a real agent.
 
-Sessions start as recorded, as a Poisson process, or to keep a given number in flight.
+Sessions start as recorded, as a Poisson process, or to keep a given number in flight. The time scale
+is the load factor: sessions start that many times as often (recorded starts divided by it, a Poisson
+start rate multiplied by it); open loop also plays each session that much faster, while closed loop
+keeps a session's think times, which belong to the agent, not to the load.
 """
 from __future__ import annotations
 
@@ -57,7 +60,7 @@ class Replay:
         if start == "recorded":
             starts = firsts / ts
         else:
-            gaps = self.rng.exponential(1.0 / self.cfg.session_rate_rps, len(self.sessions))
+            gaps = self.rng.exponential(1.0 / (self.cfg.session_rate_rps * ts), len(self.sessions))
             starts = np.concatenate(([0.0], np.cumsum(gaps[1:])))
         if self.closed:
             times = starts
@@ -80,12 +83,11 @@ class Replay:
     def _start_session(self, s: int) -> None:
         self.next_session = max(self.next_session, s + 1)
         members = self.sessions[s]
-        ts = self.cfg.time_scale
         base = self.reqs[members[0]].arrival_s
         if self.closed:
-            roots = [i for i in members if self.reqs[i].follows < 0]
+            roots, ts = [i for i in members if self.reqs[i].follows < 0], 1.0
         else:
-            roots = members
+            roots, ts = members, self.cfg.time_scale
         offsets = np.array([(self.reqs[i].arrival_s - base) / ts for i in roots])
         order = np.argsort(offsets, kind="stable")
         self.env.process(self._at_times(self.env.now + offsets[order], np.array(roots)[order],
