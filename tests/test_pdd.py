@@ -52,6 +52,8 @@ def test_short_output_finishes_on_the_relay_and_cancels_the_wan(tmp_path):
     assert r.pipeline == "p_rld" and r.tokens_out == 20 and r.handoffs == 0
     assert 0 < r.wan_bytes < 8192 * KV                      # cancelled part-way
     assert res.links["wan"]["bytes"] == pytest.approx(r.wan_bytes)
+    # nothing was cached on the MD: without a DRC the line would have carried the same bytes
+    assert r.wan_bytes_no_drc == pytest.approx(r.wan_bytes)
 
 
 def test_predictive_filter_never_starts_the_wan(tmp_path):
@@ -166,3 +168,61 @@ def test_a_request_ending_twice_stops_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(Pipeline, "finished", finished_twice)
     with pytest.raises(InvariantError, match="request 0 ended twice"):
         simulate(pdd(tmp_path), workload((0.0, 1000, 10), (1.0, 1000, 10)))
+
+
+def test_a_request_ending_at_its_final_handoff_boundary_ended_on_the_relay(tmp_path):
+    """The final handoff leaves at the boundary after it is decided; a request whose last token is
+    made there (213 tokens here) never reaches the MD: it is an RLD-only request, not a dual-path
+    one with no relay tokens."""
+    cfg = pdd(tmp_path, handoff="one_shot", path_policy="always_relay")
+    for out in range(205, 221):
+        r = simulate(cfg, workload((0.0, 8192, out))).requests.iloc[0]
+        assert r.tokens_out == out
+        if r.pipeline == "p_rld_md":
+            assert r.handoffs == 1 and 0 < r.relay_tokens < out, out
+        else:
+            assert r.pipeline == "p_rld" and r.relay_tokens == out and r.handoffs == 0, out
+
+
+def test_a_preemption_on_the_md_is_not_a_handoff_stall(tmp_path):
+    """Two handed-over requests outgrow an MD of ~8.5k tokens: the newer one is preempted and
+    recomputes. Its handoff stall stays the handoff's; the recompute gap shows in its ITL."""
+    cfg = config(tmp_path, roles=(("prefill", 1), ("relay", 1), ("decode", 1, 2)), two_clusters=True,
+                 prefix_cache={"decode_tokens": 0},
+                 pdd={"handoff": "one_shot", "path_policy": "always_relay"})
+    res = simulate(cfg, workload((0.0, 3000, 3000), (0.1, 3000, 3000)))
+    df = res.requests
+    assert res.instances.set_index("role").preemptions["decode"] >= 1
+    assert (df.tokens_out == 3000).all() and (df.handoffs == 1).all()
+    assert df.handoff_stall_s.max() < 0.1                  # WAN latency + one small extend step
+    assert df.itl_max_s.max() > 1.0                        # the preempted one waited much longer
+
+
+def test_a_request_still_queued_at_the_relay_when_its_kv_reaches_the_md_goes_to_the_md(tmp_path):
+    """A small RLD (2 GPUs, ~8.5k tokens) is full with a long request; the next one waits there.
+    Once its KV is on the MD, the MD serves it at once instead of after the RLD frees up."""
+    cfg = config(tmp_path, roles=(("prefill", 1), ("relay", 1, 2), ("decode", 1)), two_clusters=True,
+                 wan={"bandwidth_gbps": 100, "rtt_ms": 20}, prefix_cache={"decode_tokens": 0},
+                 pdd={"handoff": "one_shot", "path_policy": "always_relay",
+                      "anomaly_filter": {"min_input_tokens": 6000, "max_output_tokens": 5000}})
+    df = simulate(cfg, workload((0.0, 6000, 2000), (0.1, 4000, 300))).requests
+    assert df.pipeline.iloc[0] == "p_rld"                  # holds the RLD for ~20 s
+    second = df.iloc[1]
+    assert second.pipeline == "p_md" and second.relay_tokens == 0 and second.handoffs == 0
+    assert second.tokens_out == 300
+    assert second.ttft_s < 1.0                             # not the ~20 s the RLD stays busy
+
+
+def test_the_filter_catches_long_input_short_output_traffic(tmp_path):
+    """A mix with a few long-prompt, few-token requests (PDD.md 3.6): the filter sends those, and
+    only those, to finish on the RLD without touching the WAN."""
+    ordinary = [(0.5 * i, 6000, 300) for i in range(20)]
+    anomalous = [(0.5 * i + 0.25, 12000, 16) for i in range(0, 20, 5)]
+    w = workload(*sorted(ordinary + anomalous))
+    cfg = pdd(tmp_path, wan_gbps=100,
+              anomaly_filter={"min_input_tokens": 8192, "max_output_tokens": 32})
+    df = simulate(cfg, w).requests
+    caught = df.pipeline == "p_rld"
+    assert (caught == (df.input_tokens == 12000)).all()
+    assert (df[caught].wan_bytes == 0).all() and (df[caught].wan_bytes_no_drc == 0).all()
+    assert (df.status == "completed").all()

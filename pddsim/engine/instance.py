@@ -124,6 +124,18 @@ class Instance:
         self.held -= tokens
         self._poke()
 
+    def withdraw(self, req: Request) -> bool:
+        """Take back a request still waiting for admission here (the pipeline serves it
+        elsewhere); False if it was admitted already."""
+        if req.inst is not self or req not in self.waiting:
+            return False
+        self.waiting.remove(req)
+        self.waiting_tokens -= req.prefill_left + req.context
+        self.pending_prefill_tokens -= req.prefill_left
+        self._unpin(req)
+        req.inst = None
+        return True
+
     def at_boundary(self, req: Request, then, *, leave: bool) -> None:
         """At the next iteration boundary call `then(req, tokens_made_here)`, with `leave` taking
         the decoder out of the batch first (a handoff). Nothing happens for a request that
@@ -307,7 +319,9 @@ class Instance:
 
     def stream(self, req: Request) -> None:
         """The request's next token (made by its last prefill chunk) goes out now; then it
-        decodes here. Called by the engine, or by a pipeline for work it held."""
+        decodes here. Called by the engine, or by a pipeline for work it held: from now on the
+        work is this instance's own (a preempted decoder recomputes and streams again here)."""
+        req.hold = False
         req.emit(self.env.now)
         req.decode_left -= 1
         self.held -= req.reserved

@@ -34,7 +34,7 @@ class PddRequestState:
         self.absorbed = 0         # generated tokens whose KV the MD already holds
         self.md_busy = False      # an extend is queued or running on the MD
         self.rounds = 0           # handoff messages sent
-        self.final = False        # the last handoff is under way
+        self.final = False        # the last handoff has left the RLD
 
 
 class PDD(Disaggregated):
@@ -81,7 +81,8 @@ class PDD(Disaggregated):
 
     def _relay_has_prompt(self, req: Request) -> None:
         self._transfer_done(req)
-        self.start_decode(req, req.state.rld)
+        if req.state.rld is not None:           # not gone straight to the MD meanwhile
+            self.start_decode(req, req.state.rld)
 
     def _md_has_prompt(self, req: Request) -> None:
         st = req.state
@@ -89,6 +90,10 @@ class PDD(Disaggregated):
         self.kv_landed(req, st.md)
         if req.finish_s is not None:            # finished on the RLD meanwhile
             return
+        if req.pipeline != Route.P_MD and req.tokens_out == 0 and (req.inst is not st.rld
+                                                               or st.rld.withdraw(req)):
+            st.rld = None                       # the RLD has not started it: the MD can, now
+            req.pipeline = Route.P_MD
         if req.pipeline == Route.P_MD:
             self.start_decode(req, st.md)
         else:
@@ -107,7 +112,6 @@ class PDD(Disaggregated):
         if self.handoff.catch_up(self.dep.pools["relay"], backlog + 1):
             self._send_ids(req, backlog, final=False)
         else:
-            st.final = True
             st.rld.at_boundary(req, lambda r, _made: self._send_ids(r, r.tokens_out - st.absorbed,
                                                                     final=True), leave=True)
 
@@ -116,6 +120,7 @@ class PDD(Disaggregated):
         st.rounds += 1
         st.md_busy = True
         if final:
+            st.final = True
             req.enter("handoff", self.env.now)
             req.relay_tokens = req.tokens_out
             req.handoff_tail_tokens = n_ids
@@ -172,6 +177,8 @@ class PDD(Disaggregated):
             if flow is not None and not flow.done:
                 self.dep.wan.cancel(flow)
                 req.wan_bytes -= flow.size - flow.sent  # only what left before the cancel crossed
+                # without the DRC the same time would have carried as much of the whole prompt
+                req.wan_bytes_no_drc -= req.input_tokens * self.dep.model.kv_bytes_per_token - flow.sent
                 self._transfer_done(req)
             if not st.md_busy:
                 self._md_drop(st)
