@@ -131,7 +131,8 @@ class Instance:
             return False
         self.waiting.remove(req)
         self.waiting_tokens -= req.prefill_left + req.context
-        self.pending_prefill_tokens -= req.prefill_left
+        not_looked_up = req.pinned_blocks == -1   # then its queued work counts net of its hit
+        self.pending_prefill_tokens -= req.prefill_left - (req.hit_tokens if not_looked_up else 0)
         self._unpin(req)
         req.inst = None
         return True
