@@ -48,9 +48,22 @@ def _trace_values(args) -> dict:
     return {"workload.trace": str(Path(args.trace).resolve()), "workload.synthetic": None}
 
 
+def _observe_values(args) -> dict:
+    """`run`'s observation flags, as config fields (so a run is described by its config alone)."""
+    values = {}
+    if getattr(args, "sample_s", None) is not None:
+        values["observe.sample_s"] = args.sample_s
+    if getattr(args, "timeline", None):
+        values["observe.timeline"] = True
+    if getattr(args, "timeline_limit", None) is not None:
+        values["observe.timeline_limit"] = args.timeline_limit
+    return values
+
+
 def _config(args):
     from pddsim.config import load_config
-    return load_config(args.config or DEFAULT_CONFIG, args.set or [], _trace_values(args))
+    return load_config(args.config or DEFAULT_CONFIG, args.set or [],
+                       {**_trace_values(args), **_observe_values(args)})
 
 
 def cmd_run(args) -> int:
@@ -61,7 +74,9 @@ def cmd_run(args) -> int:
     with _progress(len(workload), args.quiet) as bar:
         result = simulate(cfg, workload, args.seed, on_progress=bar.update)
     if args.out:
-        result.write(args.out)
+        result.write(args.out, args.out_format)
+    if args.timeline:
+        result.timeline.write(args.timeline)
     if args.json:
         print(_json(result.summary))
     else:
@@ -211,7 +226,16 @@ def parser() -> Parser:
     run = sub.add_parser("run", help="simulate one scenario and print its summary")
     _add_config_args(run)
     run.add_argument("--seed", type=int, help="override the config's seed")
-    run.add_argument("--out", metavar="DIR", help="write requests.parquet and summary.json here")
+    run.add_argument("--out", metavar="DIR", help="write the run's tables (requests, instances, "
+                     "links, time series, windows, sessions) and summary.json here")
+    run.add_argument("--out-format", choices=("parquet", "csv", "jsonl"), default="parquet",
+                     help="format of the per-request table under --out")
+    run.add_argument("--sample-s", type=float, metavar="S",
+                     help="time-series sampling period (default: 1/200 of the trace span; 0: off)")
+    run.add_argument("--timeline", metavar="FILE.json",
+                     help="write a Perfetto / chrome://tracing timeline of the run")
+    run.add_argument("--timeline-limit", type=int, metavar="N",
+                     help="keep at most N timeline events (default 200000)")
     run.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--by-bucket", action="store_true", help="TTFT per prefix-hit-rate bucket")

@@ -161,6 +161,15 @@ class Pdd(Strict):
     anomaly_filter: AnomalyFilter | None = None
 
 
+class Observe(Strict):
+    sample_s: float | None = Field(
+        None, ge=0, description="time-series sampling period; null: 1/200 of the trace's span "
+        "(at least 1 s); 0: off")
+    timeline: bool = Field(False, description="keep a Perfetto/Chrome timeline of the run")
+    timeline_limit: int = Field(200_000, ge=1, description="timeline events kept at most; the "
+                                "rest are counted in the file's metadata")
+
+
 class Config(Strict):
     name: str
     model: str
@@ -174,6 +183,7 @@ class Config(Strict):
     policies: Policies = Policies()
     pdd: Pdd = Pdd()
     workload: WorkloadConfig
+    observe: Observe = Observe()
     seed: int = 0
     base_dir: str = Field(".", description="where relative paths resolve (set by the loader)")
 

@@ -26,6 +26,9 @@ from pddsim.workload.replay import Replay
 from pddsim.engine.request import Request
 from pddsim.system.routers import make_router
 from pddsim.sessions import session_summary, session_table
+from pddsim.timeline import Timeline
+from pddsim.timeseries import (Sampler, default_period_s, instance_utilization, link_utilization,
+                               utilization_summary, windows)
 from pddsim.workload.model import Workload
 
 
@@ -36,12 +39,27 @@ class Result:
     links: dict[str, dict[str, float]]      # per link: bytes carried, busy seconds, flows
     instances: pd.DataFrame                 # per instance: role, busy share, tokens, preemptions
     sessions: pd.DataFrame                  # per agent session: completion time and slowdown
+    timeseries: pd.DataFrame                # sampled state: time_s, entity, metric, value
+    windows: pd.DataFrame                   # per arrival window and hit bucket: rate, TTFT, SLO
+    timeline: Timeline | None = None        # kept when config.observe.timeline is on
 
-    def write(self, out_dir: str | Path) -> None:
+    def write(self, out_dir: str | Path, requests_format: str = "parquet") -> None:
+        """Every table of the run into `out_dir` (Parquet; the per-request table optionally as
+        CSV or JSON lines), with the summary as JSON: what `pddsim report` reads."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.requests.to_parquet(out / "requests.parquet", index=False)
+        if requests_format == "csv":
+            self.requests.to_csv(out / "requests.csv", index=False)
+        elif requests_format == "jsonl":
+            self.requests.to_json(out / "requests.jsonl", orient="records", lines=True)
+        else:
+            self.requests.to_parquet(out / "requests.parquet", index=False)
         self.sessions.to_parquet(out / "sessions.parquet", index=False)
+        self.instances.to_parquet(out / "instances.parquet", index=False)
+        links = pd.DataFrame.from_dict(self.links, orient="index").rename_axis("link")
+        links.reset_index().to_parquet(out / "links.parquet", index=False)
+        self.timeseries.to_parquet(out / "timeseries.parquet", index=False)
+        self.windows.to_parquet(out / "windows.parquet", index=False)
         (out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
 
 
@@ -84,11 +102,14 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
                for pool in ("prefill", "decode", "relay")}
     replay: Replay | None = None
     in_flight: dict[int, Request] = {}     # issued, not ended: each request ends exactly once
+    timeline = Timeline(cfg.observe.timeline_limit) if cfg.observe.timeline else None
 
     def on_end(req: Request) -> None:
         if in_flight.pop(req.idx, None) is not req:
             raise InvariantError(f"request {req.idx} ended twice (or something else ended in its name)")
         recorder.record(req)
+        if timeline is not None:
+            timeline.request(req)
         replay.request_ended(req.idx)
         if on_progress is not None:
             on_progress(1)
@@ -96,23 +117,41 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     pipeline = make_pipeline(env, cfg, routers, on_end, seed)
     pipeline.dep = build(env, cfg, pipeline, seed)
     reqs = workload.requests
+    all_instances = [i for pool in pipeline.dep.pools.values() for i in pool]
+    if timeline is not None:
+        pipeline.tracer = timeline
+        for inst in all_instances:
+            inst.tracer = timeline
+    period_s = cfg.observe.sample_s
+    if period_s is None:
+        period_s = default_period_s(max((r.arrival_s for r in reqs), default=0.0))
+    sampler = Sampler(env, all_instances, pipeline.dep.links, period_s, timeline) \
+        if period_s > 0 else None
 
     def issue(idx: int) -> None:
-        req = in_flight[idx] = Request(idx, reqs[idx], env.now)
+        req = in_flight[idx] = Request(idx, reqs[idx], env.now, log=timeline is not None)
         pipeline.dispatch(req)
 
     replay = Replay(env, workload, cfg.workload, np.random.default_rng([seed, 3]), issue)
     replay.start()
     env.run(until=replay.all_ended)
     df = recorder.frame(cfg.slo)
-    links = {l.name: {"bytes": l.bytes_carried, "busy_s": l.busy_s, "flows": l.flows_started}
+    series = sampler.frame() if sampler is not None else Sampler.empty_frame()
+    links = {l.name: {"bytes": l.bytes_carried, "busy_s": l.busy_s, "flows": l.flows_started,
+                      "throughput_Bps": l.bytes_carried / max(env.now, 1e-12)}
              for l in pipeline.dep.links}
+    for name, row in link_utilization(series).iterrows():
+        links[name].update(row.to_dict())
     instances = pd.DataFrame([
         {"instance": i.name, "role": i.role, "busy_share": i.busy_s / max(env.now, 1e-12),
          "tokens_decoded": i.tokens_decoded, "preemptions": i.preemptions}
-        for pool in pipeline.dep.pools.values() for i in pool])
+        for i in all_instances])
+    instances = instances.join(instance_utilization(series), on="instance")
     sessions = session_table(cfg, workload, df)
     summary = summarize(df, instances, system=cfg.name, sim_duration_s=env.now,
                         cost_per_hour=cost_per_hour(cfg), wall_s=time.perf_counter() - wall0)
+    summary.update(utilization_summary(instances, links))
     summary.update(session_summary(sessions))
-    return Result(summary=summary, requests=df, links=links, instances=instances, sessions=sessions)
+    return Result(summary=summary, requests=df, links=links, instances=instances, sessions=sessions,
+                  timeseries=series, windows=windows(df, period_s if period_s > 0 else env.now
+                                                     or 1.0), timeline=timeline)

@@ -12,7 +12,7 @@ LAYERS = [
     {"engine"},
     {"workload"},
     {"system"},
-    {"cost", "metrics", "sessions", "sim"},
+    {"cost", "metrics", "sessions", "timeline", "timeseries", "sim"},
     {"experiments"},
     {"cli", "__init__"},
 ]

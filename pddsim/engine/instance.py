@@ -64,6 +64,7 @@ class Instance:
         self.preemptions = 0
         self._wake = None
         self._interruptible = False
+        self.tracer = None                    # a timeline told of every segment, when one is kept
         self.process = env.process(self._run())
 
     # -- what routers see ---------------------------------------------------------------------
@@ -75,6 +76,16 @@ class Instance:
     def kv_load(self) -> int:
         """KV tokens in use plus those already promised to waiting requests."""
         return self.held + self.decode_context + self.waiting_tokens
+
+    @property
+    def kv_in_use(self) -> int:
+        """KV tokens held now: admitted prompts and KV kept for transfers, plus every decoder's."""
+        return self.held + self.decode_context
+
+    @property
+    def blocked_on_memory(self) -> bool:
+        """Work waits although the batch has room: KV memory is what holds it back."""
+        return bool(self.waiting) and len(self.prefilling) + len(self._decoders) < self.max_batch
 
     @property
     def queued_tokens(self) -> int:
@@ -279,6 +290,9 @@ class Instance:
                   elapsed: float) -> None:
         """Account a finished segment of k iterations lasting `elapsed` seconds."""
         now = self.env.now
+        if self.tracer is not None:
+            n = len(self._decoders)
+            self.tracer.batch(self, t0, now, k * n + sum(c for _, c in chunks), n + len(chunks), k)
         self.busy_s += elapsed
         if self._decoders:
             self.tokens_decoded += k * len(self._decoders)

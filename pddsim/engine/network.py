@@ -77,6 +77,10 @@ class Link:
         self._active -= 1                    # its heap entry is skipped when it surfaces
         self._reschedule()
 
+    @property
+    def flows_in_flight(self) -> int:
+        return self._active
+
     def set_capacity(self, capacity_Bps: float) -> None:
         self._advance()
         self.capacity_Bps = capacity_Bps

@@ -126,7 +126,8 @@ class PDD(Disaggregated):
             req.handoff_tail_tokens = n_ids
         nbytes = n_ids * self.cfg.token_id_bytes
         req.wan_bytes += nbytes
-        self.dep.wan.send(nbytes, lambda: self._ids_arrived(req, n_ids, final))
+        self.send(self.dep.wan, nbytes, lambda: self._ids_arrived(req, n_ids, final), req,
+                  "token IDs")
 
     def _ids_arrived(self, req: Request, n_ids: int, final: bool) -> None:
         st = req.state

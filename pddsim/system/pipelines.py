@@ -15,6 +15,18 @@ class Pipeline:
         self.routers = routers
         self.on_end = on_end
         self.dep: Deployment | None = None   # set once built: instances need the pipeline first
+        self.tracer = None                   # a timeline told of every transfer, when one is kept
+
+    def send(self, link, nbytes: float, on_arrival, req: Request, what: str):
+        """Start a transfer for `req` on `link`; a timeline, if kept, draws it once delivered."""
+        if self.tracer is None:
+            return link.send(nbytes, on_arrival)
+        t0 = self.env.now
+
+        def arrived():
+            self.tracer.transfer(link, t0, self.env.now, nbytes, req.idx, what)
+            on_arrival()
+        return link.send(nbytes, arrived)
 
     def dispatch(self, req: Request) -> None:
         raise NotImplementedError
@@ -75,7 +87,7 @@ class Disaggregated(Pipeline):
             req.rdma_bytes += nbytes
         if streams:
             req.enter("kv_wan" if link is self.dep.wan else "kv_rdma", self.env.now)
-        return link.send(nbytes, on_arrival)
+        return self.send(link, nbytes, on_arrival, req, "prompt KV")
 
     def _kv_arrived(self, req: Request, p, d) -> None:
         p.release(req)
