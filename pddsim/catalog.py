@@ -5,7 +5,7 @@ from functools import cache
 from importlib import resources
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pddsim.errors import InputError
 
@@ -24,7 +24,8 @@ class GpuSpec(Strict):
     fp8_tflops: float = Field(gt=0, description="peak dense FP8 TFLOPS (= BF16 where FP8 is unsupported)")
     hbm_gb: float = Field(gt=0, description="HBM capacity, GB (1e9 bytes)")
     hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s")
-    interconnect_gbps: float = Field(gt=0, description="intra-node GPU-GPU bandwidth per GPU, GB/s")
+    interconnect_gbps: float = Field(
+        gt=0, description="intra-node GPU-GPU bandwidth per GPU and direction (unidirectional), GB/s")
     nic_gbps: float = Field(gt=0, description="scale-out NIC bandwidth per GPU, Gbit/s")
     price_per_hour: float = Field(gt=0, description="USD per GPU-hour")
 
@@ -35,16 +36,44 @@ class ModelSpec(Strict):
     name: str
     params_b: float = Field(gt=0, description="total parameters, billions")
     active_params_b: float = Field(gt=0, description="parameters active per token (MoE), billions")
+    shared_params_b: float | None = Field(
+        None, gt=0, description="MoE: parameters every token uses (attention, shared experts, dense "
+        "layers, embeddings), billions; the rest are routed experts. None: a dense model")
     layers: int = Field(gt=0)
     hidden_size: int = Field(gt=0)
-    attn_flops_per_ctx_token: float = Field(
-        gt=0, description="attention FLOPs per query token per context token, all layers")
+    prefill_attn_flops: float = Field(
+        gt=0, description="attention FLOPs per query token per context token, all layers, as a "
+        "prefill computes it (MLA: latent expanded to per-head K/V)")
+    decode_attn_flops: float = Field(
+        gt=0, description="the same as a decode computes it (MLA: weights absorbed, latent space)")
     kv_bytes_per_token: float = Field(gt=0, description="KV cache bytes per token, all layers")
-    weight_dtype: str = Field(pattern="^(bf16|fp16|fp8|int8|int4)$")
+    weight_dtype: str = Field(pattern="^(bf16|fp16|fp8|int8|int4)$", description="bytes read")
+    compute_dtype: str = Field(pattern="^(bf16|fp16|fp8)$", description="dtype the matmuls run in")
+
+    @model_validator(mode="after")
+    def _shared_within_active(self):
+        if self.active_params_b > self.params_b:
+            raise ValueError("active_params_b exceeds params_b")
+        if self.shared_params_b is not None and self.shared_params_b > self.active_params_b:
+            raise ValueError("shared_params_b exceeds active_params_b")
+        return self
 
     @property
     def weight_bytes(self) -> float:
         return self.params_b * 1e9 * DTYPE_BYTES[self.weight_dtype]
+
+    @property
+    def shared_weight_bytes(self) -> float:
+        """Bytes every iteration reads whatever its batch (all of them for a dense model)."""
+        shared = self.params_b if self.shared_params_b is None else self.shared_params_b
+        return shared * 1e9 * DTYPE_BYTES[self.weight_dtype]
+
+    @property
+    def routed_pick_share(self) -> float:
+        """Share of the routed experts' parameters one token uses (0 for a dense model)."""
+        if self.shared_params_b is None or self.params_b == self.shared_params_b:
+            return 0.0
+        return (self.active_params_b - self.shared_params_b) / (self.params_b - self.shared_params_b)
 
 
 def _load(filename: str, spec: type[Strict]) -> dict[str, Strict]:

@@ -39,15 +39,66 @@ def test_small_prefill_chunks_cost_more_per_token():
 
 def test_tensor_parallel_adds_all_reduces_and_overhead():
     p1, p8 = roofline(), roofline(tp=8, comm_latency_s=8e-6)
-    allreduce = 2 * 80 * 2 * 7 / 8 * 8192 * 2 / 900e9   # per token
+    # NVLink 4 is quoted 900 GB/s both ways; a ring all-reduce is bound by one direction: 450
+    allreduce = 2 * 80 * 2 * 7 / 8 * 8192 * 2 / 450e9   # per token
     assert p8.iteration(1, 0, 0) == pytest.approx(p1.iteration(1, 0, 0) / 8 + allreduce + 160 * 8e-6)
 
 
 def test_moe_reads_more_experts_as_the_batch_grows():
     qwen = catalog.model("qwen3-235b-a22b")
     p = Roofline(qwen, H100, 8, mfu=1, mbu=1, overhead_s=0, comm_latency_s=0)
-    assert p.weights_read(1) == pytest.approx(qwen.weight_bytes * qwen.active_params_b / qwen.params_b)
+    assert p.weights_read(1) == pytest.approx(22e9 * 2)      # one token reads its active params
     assert p.weights_read(4096) == pytest.approx(qwen.weight_bytes, rel=1e-6)
+
+
+def test_moe_shared_experts_are_always_read():
+    """DeepSeek-V3: 17.0B shared (attention, shared experts, dense layers, embeddings) are read
+    by any batch; each token reads (37 - 17) / (671 - 17) of the routed experts."""
+    p = Roofline(catalog.model("deepseek-v3"), H100, 8, mfu=1, mbu=1, overhead_s=0, comm_latency_s=0)
+    share = 20 / 654
+    for tokens in (1, 2, 16):
+        expected = 17.0e9 + 654e9 * (1 - (1 - share) ** tokens)      # FP8: one byte a weight
+        assert p.weights_read(tokens) == pytest.approx(expected)
+    # treating every parameter as routed would read only 37B at one token but 72B at two
+    assert p.weights_read(2) < 671e9 * (1 - (1 - 37 / 671) ** 2)
+
+
+def test_w4a16_weights_are_read_as_int4_but_computed_at_the_bf16_peak():
+    pdd = catalog.model("pdd-1t-moe")
+    p = Roofline(pdd, H100, 8, mfu=1, mbu=1, overhead_s=0, comm_latency_s=0)
+    tokens = 16384                                         # compute-bound, no attention
+    assert p.iteration(tokens, 0, 0) == pytest.approx(
+        tokens * 2 * 32e9 / (8 * 989.4e12) + tokens * p.comm_s_per_token)
+    assert p.weights_read(10**6) == pytest.approx(1040e9 * 0.5)
+
+
+def test_fp8_compute_runs_at_the_fp8_peak():
+    p = Roofline(catalog.model("deepseek-v3"), H100, 8, mfu=1, mbu=1, overhead_s=0, comm_latency_s=0)
+    tokens = 16384
+    assert p.iteration(tokens, 0, 0) == pytest.approx(
+        tokens * 2 * 37e9 / (8 * 1978.9e12) + tokens * p.comm_s_per_token)
+
+
+def test_mla_prefill_attends_unabsorbed_and_decode_absorbed():
+    """DeepSeek-V3 per layer: prefill 2*128*(128+64) + 2*128*128 = 81,920 FLOPs per pair,
+    decode 2*128*(512+64) + 2*128*512 = 278,528; 61 layers."""
+    p = Roofline(catalog.model("deepseek-v3"), H100, 1, mfu=1, mbu=1, overhead_s=0, comm_latency_s=0)
+    t, pairs = 8192, 8192 * (100_000 + 4096)
+    linear = t * 2 * 37e9
+    assert p.iteration(t, pairs, 100_000) == pytest.approx(
+        (linear + pairs * 61 * 81_920) / 1978.9e12)
+    # the same pairs attended by decode tokens cost the absorbed rate
+    assert p.iteration(t, pairs, 100_000, pairs) == pytest.approx(
+        (linear + pairs * 61 * 278_528) / 1978.9e12)
+    # a mixed iteration prices each part at its rate
+    mixed = p.iteration(t, pairs + 64 * 50_000, 100_000, 64 * 50_000)
+    assert mixed == pytest.approx((linear + pairs * 61 * 81_920 + 64 * 50_000 * 61 * 278_528)
+                                  / 1978.9e12)
+    # a decode run uses the absorbed cost too
+    compute_bound = Roofline(catalog.model("deepseek-v3"), H100, 1, mfu=1e-3, mbu=1,
+                             overhead_s=0, comm_latency_s=0)
+    run = compute_bound.decode_run(4, 4 * 10_000, 1)
+    assert run.total_s == pytest.approx((4 * 2 * 37e9 + 40_000 * 61 * 278_528) / (1978.9e12 * 1e-3))
 
 
 def test_decode_run_closed_form_matches_iteration_by_iteration():
@@ -76,6 +127,8 @@ def test_vector_iterations_match_single_ones():
     tokens, pairs, kv = np.array([1, 64, 8192]), np.array([0, 64 * 900, 8192 * 4096]), np.array([0, 900, 0])
     assert p.iterations(tokens, pairs, kv) == pytest.approx(
         [p.iteration(t, a, k) for t, a, k in zip(tokens.tolist(), pairs.tolist(), kv.tolist())])
+    assert p.iterations(tokens, pairs, kv, pairs) == pytest.approx(
+        [p.iteration(t, a, k, a) for t, a, k in zip(tokens.tolist(), pairs.tolist(), kv.tolist())])
 
 
 def test_measured_table_interpolates_bilinearly(tmp_path):

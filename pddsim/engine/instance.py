@@ -273,7 +273,7 @@ class Instance:
                 pairs += c * (req.context + c / 2)
                 kv_read += req.context
             if chunks:
-                return chunks, self.perf.iteration(tokens, pairs, kv_read)
+                return chunks, self.perf.iteration(tokens, pairs, kv_read, ctx)
         # decode only: run until the next finish or until memory runs out
         heap = self._finish_heap
         while heap and (not heap[0][2].decoding or heap[0][2].inst is not self

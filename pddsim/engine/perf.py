@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pddsim.catalog import DTYPE_BYTES, GpuSpec, ModelSpec
+from pddsim.catalog import GpuSpec, ModelSpec
 from pddsim.errors import InputError
 
 ACT_BYTES = 2.0  # activations travel in BF16 in the tensor-parallel all-reduces
@@ -24,49 +24,55 @@ class Roofline:
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, *, mfu: float, mbu: float,
                  overhead_s: float, comm_latency_s: float):
-        peak_tflops = gpu.fp8_tflops if DTYPE_BYTES[model.weight_dtype] <= 1 else gpu.bf16_tflops
+        # the matmuls run in the compute dtype (W4A16 dequantises to 16-bit): it sets the peak
+        peak_tflops = gpu.fp8_tflops if model.compute_dtype == "fp8" else gpu.bf16_tflops
         self.flops_per_s = tp * peak_tflops * 1e12 * mfu
         self.bytes_per_s = tp * gpu.hbm_tbps * 1e12 * mbu
         self.flops_per_token = 2.0 * model.active_params_b * 1e9
-        self.attn_flops = model.attn_flops_per_ctx_token
+        self.prefill_attn = model.prefill_attn_flops
+        self.decode_attn = model.decode_attn_flops
         self.kv_bytes = model.kv_bytes_per_token
-        self.weight_bytes = model.weight_bytes
-        self.active_fraction = model.active_params_b / model.params_b
-        # two all-reduces per layer over tp GPUs (ring: 2(tp-1)/tp of the payload per GPU)
+        self.shared_bytes = model.shared_weight_bytes
+        self.routed_bytes = model.weight_bytes - model.shared_weight_bytes
+        self.pick_share = model.routed_pick_share
+        # two all-reduces per layer over tp GPUs (ring: 2(tp-1)/tp of the payload per GPU, sent
+        # and received at once, so one direction of the link bounds it)
         self.comm_s_per_token = (0.0 if tp == 1 else
                                  2 * model.layers * 2 * (tp - 1) / tp * model.hidden_size * ACT_BYTES
                                  / (gpu.interconnect_gbps * 1e9))
         self.fixed_s = overhead_s + (0.0 if tp == 1 else 2 * model.layers * comm_latency_s)
 
-    def weights_read(self, tokens: int) -> float:
-        """Weight bytes one iteration reads: a MoE touches more experts as the batch grows."""
-        if self.active_fraction >= 1.0:
-            return self.weight_bytes
-        return self.weight_bytes * (1.0 - (1.0 - self.active_fraction) ** tokens)
+    def weights_read(self, tokens):
+        """Weight bytes one iteration reads: the shared part always; a MoE touches more routed
+        experts as the batch grows (each token picks its share independently)."""
+        return self.shared_bytes + self.routed_bytes * (1.0 - (1.0 - self.pick_share) ** tokens)
 
-    def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float) -> float:
+    def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
+                  decode_pairs: float = 0.0) -> float:
         """Time of one iteration: `tokens` computed, `attn_pairs` query x context token pairs
-        attended, `kv_tokens_read` tokens of KV cache read."""
-        compute = (tokens * self.flops_per_token + attn_pairs * self.attn_flops) / self.flops_per_s
+        attended (`decode_pairs` of them by decode tokens, which attend in the absorbed form),
+        `kv_tokens_read` tokens of KV cache read."""
+        compute = (tokens * self.flops_per_token + (attn_pairs - decode_pairs) * self.prefill_attn
+                   + decode_pairs * self.decode_attn) / self.flops_per_s
         memory = (self.weights_read(tokens) + kv_tokens_read * self.kv_bytes) / self.bytes_per_s
         return max(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
 
     def iterations(self, tokens: np.ndarray, attn_pairs: np.ndarray,
-                   kv_tokens_read: np.ndarray) -> np.ndarray:
+                   kv_tokens_read: np.ndarray, decode_pairs=0.0) -> np.ndarray:
         """`iteration` over arrays: many independent iterations at once."""
         tokens = np.asarray(tokens, dtype=float)
-        compute = (tokens * self.flops_per_token + np.asarray(attn_pairs) * self.attn_flops) \
-            / self.flops_per_s
-        weights = (self.weight_bytes if self.active_fraction >= 1.0 else
-                   self.weight_bytes * (1.0 - (1.0 - self.active_fraction) ** tokens))
-        memory = (weights + np.asarray(kv_tokens_read) * self.kv_bytes) / self.bytes_per_s
+        attn_pairs, decode_pairs = np.asarray(attn_pairs), np.asarray(decode_pairs)
+        compute = (tokens * self.flops_per_token + (attn_pairs - decode_pairs) * self.prefill_attn
+                   + decode_pairs * self.decode_attn) / self.flops_per_s
+        memory = (self.weights_read(tokens) + np.asarray(kv_tokens_read) * self.kv_bytes) \
+            / self.bytes_per_s
         return np.maximum(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
 
     def decode_run(self, n: int, context: int, k: int) -> "LinearRun":
         """k decode iterations of n requests holding `context` KV tokens at the first, growing by
         n tokens an iteration: both roofline terms are linear in the iteration index."""
-        compute = LinearTerm((n * self.flops_per_token + context * self.attn_flops) / self.flops_per_s,
-                             n * self.attn_flops / self.flops_per_s)
+        compute = LinearTerm((n * self.flops_per_token + context * self.decode_attn) / self.flops_per_s,
+                             n * self.decode_attn / self.flops_per_s)
         memory = LinearTerm((self.weights_read(n) + context * self.kv_bytes) / self.bytes_per_s,
                             n * self.kv_bytes / self.bytes_per_s)
         return LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s, k)
@@ -92,10 +98,11 @@ class MeasuredTable:
         grid = {(r[0], r[1]): r[2] for r in rows}
         self.time = np.array([[grid[(t, k)] for k in self.kv] for t in self.tok])
 
-    def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float) -> float:
+    def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
+                  decode_pairs: float = 0.0) -> float:
         return float(self.iterations(tokens, attn_pairs, kv_tokens_read))
 
-    def iterations(self, tokens, attn_pairs, kv_tokens_read) -> np.ndarray:
+    def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0) -> np.ndarray:
         return self._interpolate(np.asarray(tokens, dtype=float),
                                  np.asarray(kv_tokens_read, dtype=float))
 
