@@ -167,8 +167,12 @@ def cmd_check(args) -> int:
 
 
 def cmd_bench_handoff(args) -> int:
-    from pddsim.experiments.handoff_bench import HandoffBenchSpec, format_bench, handoff_microbenchmark
-    result = handoff_microbenchmark(HandoffBenchSpec(runs=args.runs), seed=args.seed)
+    from pddsim.experiments.handoff_bench import (HandoffBenchSpec, format_bench,
+                                                  handoff_microbenchmark, scenario_handoff)
+    from pddsim.config import load_config
+    spec = HandoffBenchSpec(runs=args.runs)
+    result = handoff_microbenchmark(spec, seed=args.seed)
+    result["scenario"] = scenario_handoff(load_config(args.config), spec, seed=args.seed)
     print(_json(result) if args.json else format_bench(result))
     return 0
 
@@ -282,6 +286,8 @@ def parser() -> Parser:
     bsub = bench.add_subparsers(dest="bench_command", required=True, parser_class=Parser)
     ho = bsub.add_parser("handoff", help="RLD->MD handoff of 100 tokens: ship KV vs send IDs")
     ho.add_argument("--runs", type=int, default=1000)
+    ho.add_argument("--config", default=str(bundled("paper/pdd.yaml")),
+                    help="also run the handoff on this scenario's MD and WAN (default: the paper PDD)")
     ho.add_argument("--seed", type=int, default=0)
     ho.add_argument("--json", action="store_true")
     ho.set_defaults(func=cmd_bench_handoff)

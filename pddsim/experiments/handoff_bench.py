@@ -20,17 +20,23 @@ read, and even at Kimi-K2's full 256K-token window on a busy 8 x H20 MD that ite
 ~125 ms more one-way latency (an intercontinental round trip) or a far slower MD, which
 would also inflate the std. The paper's remaining time is presumably serving overhead this model
 does not have (scheduling the extend, its launch path).
+
+Those defaults are the paper's benchmark setup as far as it can be reconstructed (an H20 MD, a
+10 Gbps line), not the simulated paper scenario's. `scenario_spec` runs the same handoff on a
+scenario's own MD (GPU, TP, performance model) and WAN (bandwidth, latency, per-flow cap,
+background load), so the two can be read side by side.
 """
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import simpy
 
 from pddsim import catalog
-from pddsim.config import BackgroundLoad, LinkConfig, Perf
+from pddsim.config import BackgroundLoad, Config, LinkConfig, Perf
+from pddsim.errors import InputError
 from pddsim.system.deployment import make_link
 from pddsim.engine.perf import Roofline
 
@@ -48,6 +54,7 @@ class HandoffBenchSpec:
     model: str = "pdd-1t-moe"
     md_gpu: str = "h20"
     md_tp: int = 8                 # the smallest H20 node that holds the INT4 1T model
+    perf: Perf = field(default_factory=Perf)
     # Calibrated to the recompute std (4.8 ms): the wait for the current iteration's end is uniform
     # over it, so std = iteration / sqrt(12); 4 requests of 256K tokens give an 18.5 ms decode
     # iteration (std 5.3 ms): the absorbed MLA attention over their contexts runs at the H20's
@@ -64,6 +71,7 @@ class HandoffBenchSpec:
     # inter-region round trips (~3,000 km of routed fibre), as far toward the recompute mean as
     # is plausible; the kv_transfer mean is then matched by the WAN share below.
     rtt_ms: float = 60.0
+    flow_cap_gbps: float | None = None   # a single TCP flow's window limit, if the line has one
     # Calibrated to the kv_transfer max (512.6 ms): half the line is other traffic; its share
     # wanders by +-0.115, so the worst of 1,000 runs sees ~3x less bandwidth than a typical one.
     # That max is an extreme value: across seeds it spreads ~390-680 ms (10th-90th percentile,
@@ -83,6 +91,31 @@ class HandoffBenchSpec:
     tokens: int = 100
     runs: int = 1000
     run_gap_s: float = 2.0         # mean idle time between runs: the WAN's state decorrelates
+
+    def setup(self) -> dict:
+        """What the numbers were measured on, to print beside them."""
+        return {k: v for k, v in asdict(self).items() if k != "perf"} | {
+            "perf": self.perf.model_dump(exclude={"kind", "table"})}
+
+
+def scenario_spec(cfg: Config, base: HandoffBenchSpec = HandoffBenchSpec()) -> HandoffBenchSpec:
+    """The benchmark on a scenario's own hardware: its model, its MD's GPU, TP and performance
+    model, its WAN and token-ID size. The load (the MD's batch and the other flows on the line)
+    stays `base`'s, except the MD's contexts: the paper's 64K class (PDD.md 4), what the paper
+    scenario's sessions reach, instead of the 256K window the paper's own benchmark needed."""
+    md = next(((c, g) for c in cfg.clusters.values() for g in c.instances if g.role == "decode"),
+              None)
+    if cfg.wan is None or md is None:
+        raise InputError(f"{cfg.name}: the handoff needs a decode instance and a WAN")
+    cluster, group = md
+    wan, bg = cfg.wan, cfg.wan.background
+    return replace(
+        base, model=cfg.model, md_gpu=cluster.gpu, md_tp=group.tp, perf=cfg.perf,
+        md_context=65_536, bandwidth_gbps=wan.bandwidth_gbps, rtt_ms=wan.rtt_ms,
+        flow_cap_gbps=wan.flow_cap_gbps, token_id_bytes=cfg.pdd.token_id_bytes,
+        background_mean=bg.mean if bg else 0.0, background_std=bg.std if bg else 0.0,
+        background_period_s=bg.period_s if bg else base.background_period_s,
+        background_correlation=bg.correlation if bg else 0.0)
 
 
 class _MainDecode:
@@ -111,7 +144,7 @@ def _md_iterations(spec: HandoffBenchSpec) -> tuple[float, float]:
     """Roofline time of the MD's decode iteration, alone and with the handed-off sequence's
     tokens in it (priced as the simulator prices an extend chunk: causal attention over the
     sequence's context, its KV read once)."""
-    p = Perf()
+    p = spec.perf
     roofline = Roofline(catalog.model(spec.model), catalog.gpu(spec.md_gpu), spec.md_tp,
                         mfu=p.mfu, mbu=p.mbu, overhead_s=p.overhead_ms / 1e3,
                         comm_latency_s=p.comm_latency_us / 1e6)
@@ -158,7 +191,7 @@ def handoff_microbenchmark(spec: HandoffBenchSpec = HandoffBenchSpec(), seed: in
     env = simpy.Environment()
     model = catalog.model(spec.model)
     wan = make_link(env, "wan", LinkConfig(
-        bandwidth_gbps=spec.bandwidth_gbps, rtt_ms=spec.rtt_ms,
+        bandwidth_gbps=spec.bandwidth_gbps, rtt_ms=spec.rtt_ms, flow_cap_gbps=spec.flow_cap_gbps,
         background=BackgroundLoad(mean=spec.background_mean, std=spec.background_std,
                                   period_s=spec.background_period_s,
                                   correlation=spec.background_correlation)),
@@ -183,18 +216,47 @@ def handoff_microbenchmark(spec: HandoffBenchSpec = HandoffBenchSpec(), seed: in
             samples["recompute"].append(ids.value - start)
 
     env.run(until=env.process(driver()))
-    return {name: _stats(s) for name, s in samples.items()} | {"paper": copy.deepcopy(PAPER)}
+    return ({"setup": spec.setup()} | {name: _stats(s) for name, s in samples.items()}
+            | {"paper": copy.deepcopy(PAPER)})
+
+
+def scenario_handoff(cfg: Config, base: HandoffBenchSpec = HandoffBenchSpec(), seed: int = 0) -> dict:
+    """The benchmark run on `cfg`'s own MD and WAN (see `scenario_spec`)."""
+    result = handoff_microbenchmark(scenario_spec(cfg, base), seed)
+    del result["paper"]                     # the paper measured another setup
+    return {"config": cfg.name} | result
 
 
 def format_bench(result: dict) -> str:
-    """Our figures beside the paper's, one row per handoff method."""
+    """Our figures beside the paper's, one row per handoff method, under the setup they came from;
+    then, if measured, the same handoff on the paper scenario's own MD and WAN."""
     keys = ("mean_ms", "max_ms", "std_ms")
 
-    def cells(stats: dict) -> str:
-        return "".join(f"{'-' if stats[k] is None else f'{stats[k]:.1f}':>9}" for k in keys)
+    def cells(stats: dict | None) -> str:
+        return "".join(f"{'-' if stats is None or stats[k] is None else f'{stats[k]:.1f}':>9}"
+                       for k in keys)
 
-    head = "".join(f"{k.removesuffix('_ms'):>9}" for k in keys)
-    lines = [f"{'handoff (ms)':<14}{'ours':^27}{'paper':^27}", f"{'':<14}{head}{head}"]
-    lines += [f"{name:<14}{cells(result[name])}{cells(result['paper'][name])}"
-              for name in ("kv_transfer", "recompute")]
+    def block(title: str, res: dict, paper: dict | None) -> list[str]:
+        head = "".join(f"{k.removesuffix('_ms'):>9}" for k in keys)
+        lines = [title, "  setup: " + _describe(res["setup"]),
+                 f"{'handoff (ms)':<14}{'ours':^27}{'paper' if paper else '':^27}",
+                 f"{'':<14}{head}{head if paper else ''}"]
+        lines += [f"{name:<14}{cells(res[name])}{cells(paper[name]) if paper else ''}"
+                  for name in ("kv_transfer", "recompute")]
+        return lines
+
+    lines = block("the paper's benchmark setup (reconstructed):", result, result["paper"])
+    if "scenario" in result:
+        lines += [""] + block(f"the same handoff on {result['scenario']['config']}'s own MD "
+                              "and WAN:", result["scenario"], None)
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _describe(setup: dict) -> str:
+    bg = (f"background {setup['background_mean']:.0%} +- {setup['background_std']:.1%} of the line"
+          if setup["background_mean"] or setup["background_std"] else "no background traffic")
+    cap = f", {setup['flow_cap_gbps']:g} Gbps per flow" if setup["flow_cap_gbps"] else ""
+    return (f"{setup['tokens']} tokens of {setup['model']}, {setup['runs']} runs; MD {setup['md_tp']} x "
+            f"{setup['md_gpu']} decoding {setup['md_batch']} x {setup['md_context']:,}-token contexts; "
+            f"WAN {setup['bandwidth_gbps']:g} Gbps{cap}, RTT {setup['rtt_ms']:g} ms, {bg}, "
+            f"{setup['competing_flows']} other KV flows; KV copy {setup['memcpy_ms']:g} ms")
