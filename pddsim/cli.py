@@ -106,7 +106,7 @@ def cmd_compare(args) -> int:
     total = None if capacity else len(configs) * len(workload)
     with _progress(total, args.quiet) as bar:
         summaries = compare(configs, workload, seed=args.seed, capacity=capacity,
-                            on_progress=bar.update)
+                            on_progress=bar.update, out_dir=args.out)
     if args.json:
         print(_json(summaries))
         return 0
@@ -114,6 +114,12 @@ def cmd_compare(args) -> int:
     if not args.configs:
         print()
         print(paper.format_figures(paper.figures_table(*summaries)))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from pddsim.report import write_report
+    print(write_report(args.folder, args.output))
     return 0
 
 
@@ -255,6 +261,8 @@ def parser() -> Parser:
                       help="also search each system's capacity (bisection; on for the paper scenario)")
     cmp_.add_argument("--no-capacity", action="store_true", help="skip the capacity search")
     cmp_.add_argument("--json", action="store_true", help="print a list of summaries")
+    cmp_.add_argument("--out", metavar="DIR", help="write each system's run (as `run --out` "
+                      "does) to a subfolder, for `pddsim report`")
     cmp_.add_argument("--quiet", action="store_true")
     cmp_.set_defaults(func=cmd_compare)
 
@@ -291,6 +299,12 @@ def parser() -> Parser:
     ho.add_argument("--seed", type=int, default=0)
     ho.add_argument("--json", action="store_true")
     ho.set_defaults(func=cmd_bench_handoff)
+
+    rep = sub.add_parser("report", help="one self-contained HTML page from `run --out` or "
+                         "`compare --out` output")
+    rep.add_argument("folder", help="a run's --out folder, or one holding several runs")
+    rep.add_argument("-o", "--output", required=True, metavar="FILE.html")
+    rep.set_defaults(func=cmd_report)
 
     val = sub.add_parser("validate", help="check a config (and that its model fits its GPUs)")
     _add_config_args(val, trace=False)

@@ -13,7 +13,7 @@ LAYERS = [
     {"workload"},
     {"system"},
     {"cost", "metrics", "sessions", "timeline", "timeseries", "sim"},
-    {"experiments"},
+    {"experiments", "report"},
     {"cli", "__init__"},
 ]
 

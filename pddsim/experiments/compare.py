@@ -1,6 +1,8 @@
 """Several systems on the same workload, side by side, with deltas against the first."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from pddsim.experiments.capacity import find_capacity
 from pddsim.config import Config
 from pddsim.sim import simulate
@@ -29,13 +31,18 @@ ROWS = [
 
 
 def compare(configs: list[Config], workload: Workload, *, seed: int | None = None,
-            capacity: bool = False, on_progress=None) -> list[dict]:
+            capacity: bool = False, on_progress=None, out_dir: str | Path | None = None) -> list[dict]:
     """One summary per system at the workload's load; with `capacity`, each also gets the highest
     achieved rate at which it meets its SLO target (`capacity_rps`) and its BCR there (None when
-    the search never broke the SLO; `capacity_lower_bound_rps` then says how far it went)."""
+    the search never broke the SLO; `capacity_lower_bound_rps` then says how far it went).
+    `out_dir`: each system's run at the workload's load is written to a subfolder (`pddsim report`
+    reads them as one comparison)."""
     summaries = []
-    for cfg in configs:
-        summary = simulate(cfg, workload, seed, on_progress=on_progress).summary
+    for i, cfg in enumerate(configs):
+        result = simulate(cfg, workload, seed, on_progress=on_progress)
+        if out_dir is not None:
+            result.write(Path(out_dir) / f"{i + 1}-{cfg.name}")
+        summary = result.summary
         if capacity:
             cap = find_capacity(cfg, workload, seed=seed, on_progress=on_progress)
             summary["capacity_rps"] = cap.capacity_rps
