@@ -37,7 +37,7 @@ class Result:
     summary: dict
     requests: pd.DataFrame
     links: dict[str, dict[str, float]]      # per link: bytes carried, busy seconds, flows
-    instances: pd.DataFrame                 # per instance: role, busy share, tokens, preemptions
+    instances: pd.DataFrame                 # per instance: role, busy share, tokens, preemptions, KV peak
     sessions: pd.DataFrame                  # per agent session: completion time and slowdown
     timeseries: pd.DataFrame                # sampled state: time_s, entity, metric, value
     windows: pd.DataFrame                   # per arrival window and hit bucket: rate, TTFT, SLO
@@ -144,7 +144,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         links[name].update(row.to_dict())
     instances = pd.DataFrame([
         {"instance": i.name, "role": i.role, "busy_share": i.busy_s / max(env.now, 1e-12),
-         "tokens_decoded": i.tokens_decoded, "preemptions": i.preemptions}
+         "tokens_decoded": i.tokens_decoded, "preemptions": i.preemptions,
+         "kv_capacity_tokens": i.capacity, "kv_peak_tokens": i.kv_peak}
         for i in all_instances])
     instances = instances.join(instance_utilization(series), on="instance")
     sessions = session_table(cfg, workload, df)

@@ -62,6 +62,7 @@ class Instance:
         self.busy_s = 0.0
         self.tokens_decoded = 0
         self.preemptions = 0
+        self.kv_peak = 0                      # most KV tokens in use at an iteration boundary
         self._wake = None
         self._interruptible = False
         self.tracer = None                    # a timeline told of every segment, when one is kept
@@ -259,6 +260,10 @@ class Instance:
         had to be preempted first."""
         n = len(self._decoders)
         ctx = self.decode_context
+        room = (self.capacity - self.held - ctx) // n if n else 0   # iterations the pool can grow
+        if n and room < 1:                    # every iteration, mixed or not, adds n tokens
+            self._preempt_newest()
+            return None, None
         if self.prefilling:
             budget = self.token_budget - n
             chunks = []
@@ -280,10 +285,6 @@ class Instance:
                         or heap[0][0] != heap[0][2].finish_iter):
             heapq.heappop(heap)
         k = 1 if self._at_boundary else heap[0][0] - self.iters   # someone waits for a boundary
-        room = (self.capacity - self.held - ctx) // n
-        if room < 1:
-            self._preempt_newest()
-            return None, None
         return (), self.perf.decode_run(n, ctx, min(k, room))
 
     def _complete(self, chunks, k: int, t0: float, first_s: float, longest_s: float,
@@ -297,6 +298,7 @@ class Instance:
         if self._decoders:
             self.tokens_decoded += k * len(self._decoders)
             self.iters += k
+            self.kv_peak = max(self.kv_peak, self.kv_in_use)
             self._push_segment(longest_s)
             if self._joined:
                 first = t0 + first_s
