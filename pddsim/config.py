@@ -161,6 +161,16 @@ class Pdd(Strict):
     anomaly_filter: AnomalyFilter | None = None
 
 
+class Pricing(Strict):
+    """What users pay, USD per million tokens. The defaults are an example, not a quote: they sit
+    where published API price lists for 1T-class open models sat in 2025-26, with cached input at
+    25% of uncached (PDD.md 5: cached tokens bill at 10-25%)."""
+    input_usd_per_m: float = Field(0.60, ge=0, description="uncached input tokens")
+    cached_input_usd_per_m: float = Field(0.15, ge=0, description="input tokens served from the "
+                                          "prefix cache")
+    output_usd_per_m: float = Field(2.50, ge=0, description="output tokens")
+
+
 class Observe(Strict):
     sample_s: float | None = Field(
         None, ge=0, description="time-series sampling period; null: 1/200 of the trace's span "
@@ -184,6 +194,7 @@ class Config(Strict):
     pdd: Pdd = Pdd()
     workload: WorkloadConfig
     observe: Observe = Observe()
+    pricing: Pricing = Pricing()
     seed: int = 0
     base_dir: str = Field(".", description="where relative paths resolve (set by the loader)")
 

@@ -16,7 +16,7 @@ import pandas as pd
 import simpy
 
 from pddsim.config import Config
-from pddsim.cost import cost_per_hour
+from pddsim.cost import cost_per_hour, revenue_summary
 from pddsim.system.deployment import build
 from pddsim.errors import InputError, InvariantError
 from pddsim.metrics import Recorder, summarize
@@ -151,6 +151,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     sessions = session_table(cfg, workload, df)
     summary = summarize(df, instances, system=cfg.name, sim_duration_s=env.now,
                         cost_per_hour=cost_per_hour(cfg), wall_s=time.perf_counter() - wall0)
+    summary.update(revenue_summary(df, cfg, env.now, summary["cost_per_hour"]))
     summary.update(utilization_summary(instances, links))
     summary.update(session_summary(sessions))
     return Result(summary=summary, requests=df, links=links, instances=instances, sessions=sessions,
