@@ -124,3 +124,15 @@ def test_check_rejects_a_malformed_golden_file(tmp_path, capsys):
     golden.write_text("scenarios:\n- config: x.yaml\n  pins: {ttft_p50_s: {value: 1}}\n")
     assert main(["check", str(golden)]) == 2
     assert "give exactly one of rel and abs" in capsys.readouterr().err
+
+
+def test_paper_figures_say_fitted_or_predicted_and_use_relative_tolerances():
+    from pddsim.experiments import paper
+    assert {f.basis for f in paper.FIGURES} == {paper.FITTED, paper.PREDICTED}
+    rld = next(f for f in paper.FIGURES if f.label.startswith("RLD share"))
+    assert not rld.matches(0.023) and rld.matches(0.062 * 1.25) and not rld.matches(0.062 * 1.35)
+    same = {"ttft_p50_s": 1.0, "ttft_p90_s": 2.0, "ttft_mean_s": 1.0, "goodput_rps": 1.0, "bcr": 1.0,
+            "cost_per_hour": 100.0}
+    pdd = {**same, "rld_token_share": 0.05, "wan_bytes": 1.0, "wan_bytes_no_drc": 9.0}
+    text = paper.format_figures(paper.figures_table(same, {**same, "ttft_p99_s": 3.0}, pdd))
+    assert "fitted" in text and "predicted" in text

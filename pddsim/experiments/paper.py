@@ -1,6 +1,9 @@
 """The PDD paper's published figures (PDD.md) and how each is derived from our three runs, so
-`pddsim compare` can print them side by side and say which match within tolerance: 5 points for
-percentages, 15% for seconds and ratios."""
+`pddsim compare` can print them side by side and say which match within tolerance: relative, 30%
+of the paper's value for shares and ratios (so 2.3% against 6.2% is no match), 15% for seconds.
+
+Each figure says whether it is *fitted* (a config value was chosen to reproduce it, so matching it
+is no evidence for the model) or *predicted* (it emerges from the mechanisms)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,19 +14,24 @@ from pddsim.config import bundled
 PAPER_CONFIGS = [bundled(f"paper/{name}.yaml") for name in ("same_dc_pd", "cross_dc_pd", "pdd")]
 
 
+FITTED, PREDICTED = "fitted", "predicted"
+
+
 @dataclass(frozen=True)
 class Figure:
     label: str
     paper: float
     ours: Callable[[dict, dict, dict], float | None]   # (same-DC, naive cross-DC, PDD) summaries
-    percent: bool                                       # compared in points, else relatively
+    percent: bool                                       # a share or a ratio, else seconds
+    basis: str                                          # FITTED or PREDICTED
+    why: str                                            # what was fitted to it, or what it tests
+
+    @property
+    def tolerance(self) -> float:
+        return 0.30 if self.percent else 0.15
 
     def matches(self, value: float | None) -> bool:
-        if value is None:
-            return False
-        if self.percent:
-            return abs(value - self.paper) <= 0.05
-        return abs(value - self.paper) <= 0.15 * abs(self.paper)
+        return value is not None and abs(value - self.paper) <= self.tolerance * abs(self.paper)
 
 
 def _ratio(a, b):
@@ -37,21 +45,29 @@ def _at_capacity(s: dict, key: str) -> float:
 
 FIGURES = [
     Figure("naive cross-DC TTFT P50 minus same-DC, s", 2.5,
-           lambda s, c, p: c["ttft_p50_s"] - s["ttft_p50_s"], False),
-    Figure("naive cross-DC TTFT P90, s", 18.3, lambda s, c, p: c["ttft_p90_s"], False),
-    Figure("naive cross-DC TTFT P99, s", 29.7, lambda s, c, p: c["ttft_p99_s"], False),
+           lambda s, c, p: c["ttft_p50_s"] - s["ttft_p50_s"], False, FITTED,
+           "the WAN's background load (mean, std) was chosen to reproduce it"),
+    Figure("naive cross-DC TTFT P90, s", 18.3, lambda s, c, p: c["ttft_p90_s"], False, FITTED,
+           "the WAN's background load was chosen to reproduce it"),
+    Figure("naive cross-DC TTFT P99, s", 29.7, lambda s, c, p: c["ttft_p99_s"], False, PREDICTED,
+           "the tail the fitted WAN gives"),
     Figure("PDD TTFT (mean) vs naive cross-DC", -0.515,
-           lambda s, c, p: _ratio(p["ttft_mean_s"], c["ttft_mean_s"]), True),
+           lambda s, c, p: _ratio(p["ttft_mean_s"], c["ttft_mean_s"]), True, PREDICTED,
+           "relay decode masking the WAN"),
     Figure("PDD goodput within SLA vs same-DC", 0.278,
            lambda s, c, p: _ratio(_at_capacity(p, "goodput_rps"), _at_capacity(s, "goodput_rps")),
-           True),
+           True, PREDICTED, "capacity searched on both systems"),
     Figure("PDD BCR vs same-DC", 0.375,
-           lambda s, c, p: _ratio(_at_capacity(p, "bcr"), _at_capacity(s, "bcr")), True),
+           lambda s, c, p: _ratio(_at_capacity(p, "bcr"), _at_capacity(s, "bcr")), True, PREDICTED,
+           "goodput per dollar at capacity"),
     Figure("PDD hardware cost vs same-DC", -0.053,
-           lambda s, c, p: _ratio(p["cost_per_hour"], s["cost_per_hour"]), True),
-    Figure("RLD share of output tokens", 0.062, lambda s, c, p: p["rld_token_share"], True),
+           lambda s, c, p: _ratio(p["cost_per_hour"], s["cost_per_hour"]), True, FITTED,
+           "node counts and GPU prices were chosen to reproduce it"),
+    Figure("RLD share of output tokens", 0.062, lambda s, c, p: p["rld_token_share"], True,
+           PREDICTED, "relay threshold, handoff policy and the WAN's fluctuation"),
     Figure("WAN bytes without DRC / with DRC", 10.0,
-           lambda s, c, p: p["wan_bytes_no_drc"] / p["wan_bytes"] if p["wan_bytes"] else None, False),
+           lambda s, c, p: p["wan_bytes_no_drc"] / p["wan_bytes"] if p["wan_bytes"] else None,
+           False, PREDICTED, "the decode-side cache against the workload's hit rates"),
 ]
 
 
@@ -60,7 +76,8 @@ def figures_table(same: dict, cross: dict, pdd: dict) -> list[dict]:
     for f in FIGURES:
         value = f.ours(same, cross, pdd)
         rows.append({"figure": f.label, "paper": f.paper, "ours": value, "match": f.matches(value),
-                     "percent": f.percent})
+                     "percent": f.percent, "basis": f.basis, "tolerance": f.tolerance,
+                     "why": f.why})
     return rows
 
 
@@ -68,8 +85,12 @@ def format_figures(rows: list[dict]) -> str:
     def show(v, percent):
         return "-" if v is None else (f"{v:+.1%}" if percent else f"{v:.2f}")
     width = max(len(r["figure"]) for r in rows)
-    lines = [f"{'paper figure':<{width}}  {'paper':>8}  {'ours':>8}  within tolerance"]
+    lines = [f"{'paper figure':<{width}}  {'paper':>8}  {'ours':>8}  {'basis':<9}  "
+             "within tolerance"]
     for r in rows:
+        verdict = f"{'yes' if r['match'] else 'no'} (±{r['tolerance']:.0%})"
         lines.append(f"{r['figure']:<{width}}  {show(r['paper'], r['percent']):>8}  "
-                     f"{show(r['ours'], r['percent']):>8}  {'yes' if r['match'] else 'no'}")
+                     f"{show(r['ours'], r['percent']):>8}  {r['basis']:<9}  {verdict}")
+    lines.append("fitted: a config value was chosen to reproduce the figure, so matching it is no "
+                 "evidence for the model; predicted: it emerges from the mechanisms.")
     return "\n".join(lines)
