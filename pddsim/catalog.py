@@ -26,6 +26,8 @@ class GpuSpec(Strict):
     hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s")
     interconnect_gbps: float = Field(
         gt=0, description="intra-node GPU-GPU bandwidth per GPU and direction (unidirectional), GB/s")
+    allreduce_bus_gbps: float = Field(
+        gt=0, description="bus bandwidth a large ring all-reduce reaches over the intra-node link, GB/s")
     nic_gbps: float = Field(gt=0, description="scale-out NIC bandwidth per GPU, Gbit/s")
     price_per_hour: float = Field(gt=0, description="USD per GPU-hour")
 
@@ -76,6 +78,21 @@ class ModelSpec(Strict):
         return (self.active_params_b - self.shared_params_b) / (self.params_b - self.shared_params_b)
 
 
+class EngineProfile(Strict):
+    """How close a serving engine gets to the hardware, per operation, and what it adds per
+    iteration (data/engines.yaml says where each default comes from)."""
+
+    name: str
+    linear_bf16: float = Field(gt=0, le=1, description="share of the BF16 peak linear layers reach")
+    linear_fp8: float = Field(gt=0, le=1, description="share of the FP8 peak linear layers reach")
+    attn_prefill: float = Field(gt=0, le=1, description="share of the 16-bit peak of prefill attention")
+    attn_decode: float = Field(gt=0, le=1, description="share of the 16-bit peak of decode attention")
+    memory: float = Field(gt=0, le=1, description="share of the HBM bandwidth reading weights and KV")
+    overhead_ms: float = Field(ge=0, description="per-iteration CPU/scheduling cost")
+    allreduce_base_us: float = Field(ge=0, description="fixed latency of one all-reduce")
+    allreduce_step_us: float = Field(ge=0, description="latency of one ring step (n GPUs: 2(n-1))")
+
+
 def _load(filename: str, spec: type[Strict]) -> dict[str, Strict]:
     raw = yaml.safe_load(resources.files("pddsim").joinpath("data", filename).read_text())
     return {name: spec(name=name, **fields) for name, fields in raw.items()}
@@ -89,6 +106,18 @@ def gpus() -> dict[str, GpuSpec]:
 @cache
 def models() -> dict[str, ModelSpec]:
     return _load("models.yaml", ModelSpec)
+
+
+@cache
+def engines() -> dict[str, EngineProfile]:
+    return _load("engines.yaml", EngineProfile)
+
+
+def engine(name: str) -> EngineProfile:
+    try:
+        return engines()[name]
+    except KeyError:
+        raise InputError(f"unknown engine profile {name!r}; known: {', '.join(sorted(engines()))}") from None
 
 
 def gpu(name: str) -> GpuSpec:

@@ -183,6 +183,21 @@ def cmd_bench_handoff(args) -> int:
     return 0
 
 
+def cmd_bench_perf(args) -> int:
+    from pddsim import catalog
+    from pddsim.experiments.perf_bench import (compare, format_report, read_measured, roofline_of,
+                                               summarise)
+    measured = read_measured(Path(args.against))
+    names = args.profile or sorted(catalog.engines())
+    predictors = {f"roofline/{n}": roofline_of(catalog.engine(n)) for n in names}
+    cases = compare(measured, predictors)
+    if args.cases:
+        cases.to_csv(args.cases, index=False)
+    summary = summarise(cases)
+    print(_json(summary) if args.json else format_report(summary))
+    return 0
+
+
 def cmd_validate(args) -> int:
     from pddsim.system.deployment import check
     cfg = _config(args)
@@ -299,6 +314,14 @@ def parser() -> Parser:
     ho.add_argument("--seed", type=int, default=0)
     ho.add_argument("--json", action="store_true")
     ho.set_defaults(func=cmd_bench_handoff)
+    bp = bsub.add_parser("perf", help="predicted vs measured iteration times, error by kind/TP/source")
+    bp.add_argument("--against", required=True, metavar="MEASURED.csv",
+                    help="columns model,gpu,tp,tokens,attn_pairs,kv_tokens,time_ms,source")
+    bp.add_argument("--profile", action="append", metavar="NAME",
+                    help="engine profile to test (repeatable; default: every profile)")
+    bp.add_argument("--cases", metavar="FILE", help="write predicted vs measured per case (CSV)")
+    bp.add_argument("--json", action="store_true")
+    bp.set_defaults(func=cmd_bench_perf)
 
     rep = sub.add_parser("report", help="one self-contained HTML page from `run --out` or "
                          "`compare --out` output")

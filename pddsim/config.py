@@ -13,6 +13,7 @@ from typing import Any, Literal, Mapping, Sequence
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pddsim import catalog
 from pddsim.errors import InputError
 
 ROLES = ("prefill", "decode", "colocated", "relay")
@@ -45,10 +46,46 @@ class InstanceGroup(Strict):
     tp: int = Field(1, ge=1, description="GPUs per instance (tensor parallel)")
 
 
+DEFAULT_ENGINE = "distserve-2024"
+
+
+class Perf(Strict):
+    """The iteration-time model: a roofline under a named engine profile (any of its fields can be
+    overridden here), or a table of measured iteration times."""
+
+    kind: Literal["roofline", "table"] = "roofline"
+    profile: str = Field(DEFAULT_ENGINE, description="engine profile (pddsim/data/engines.yaml)")
+    linear_bf16: float | None = Field(None, gt=0, le=1, description="override: share of BF16 peak")
+    linear_fp8: float | None = Field(None, gt=0, le=1, description="override: share of FP8 peak")
+    attn_prefill: float | None = Field(None, gt=0, le=1, description="override: prefill attention")
+    attn_decode: float | None = Field(None, gt=0, le=1, description="override: decode attention")
+    memory: float | None = Field(None, gt=0, le=1, description="override: share of HBM bandwidth")
+    overhead_ms: float | None = Field(None, ge=0, description="override: per-iteration cost")
+    allreduce_base_us: float | None = Field(None, ge=0, description="override: all-reduce latency")
+    allreduce_step_us: float | None = Field(None, ge=0, description="override: per ring step")
+    table: str | None = Field(None, description="CSV of measured iteration times (kind: table)")
+
+    @model_validator(mode="after")
+    def _valid(self):
+        if self.kind == "table" and not self.table:
+            raise ValueError("perf.kind 'table' needs perf.table (a CSV path)")
+        if self.profile not in catalog.engines():
+            raise ValueError(f"unknown engine profile {self.profile!r}; known: "
+                             f"{', '.join(sorted(catalog.engines()))}")
+        return self
+
+    def engine(self) -> catalog.EngineProfile:
+        """The named profile with this config's overrides applied."""
+        fields = set(catalog.EngineProfile.model_fields) - {"name"}
+        overrides = {k: v for k, v in self.model_dump(include=fields).items() if v is not None}
+        return catalog.engine(self.profile).model_copy(update=overrides)
+
+
 class Cluster(Strict):
     gpu: str
     rdma: LinkConfig
     instances: list[InstanceGroup] = Field(min_length=1)
+    perf: Perf | None = Field(None, description="this cluster's iteration-time model (default: perf)")
 
 
 class Batching(Strict):
@@ -70,21 +107,6 @@ class Slo(Strict):
     ttft_s: float = Field(gt=0)
     tpot_s: float = Field(gt=0)
     target: float = Field(0.9, gt=0, le=1, description="share of requests that must meet the SLO")
-
-
-class Perf(Strict):
-    kind: Literal["roofline", "table"] = "roofline"
-    mfu: float = Field(0.5, gt=0, le=1, description="achieved share of peak FLOPS")
-    mbu: float = Field(0.8, gt=0, le=1, description="achieved share of peak HBM bandwidth")
-    overhead_ms: float = Field(2.0, ge=0, description="fixed cost of one iteration (scheduling, launch)")
-    comm_latency_us: float = Field(8.0, ge=0, description="latency of one tensor-parallel all-reduce")
-    table: str | None = Field(None, description="CSV of measured iteration times (kind: table)")
-
-    @model_validator(mode="after")
-    def _table_needs_path(self):
-        if self.kind == "table" and not self.table:
-            raise ValueError("perf.kind 'table' needs perf.table (a CSV path)")
-        return self
 
 
 class Synthetic(Strict):

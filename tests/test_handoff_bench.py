@@ -33,9 +33,11 @@ def test_defaults_land_near_the_paper(default):
     assert default["kv_transfer"]["mean_ms"] == pytest.approx(
         default["paper"]["kv_transfer"]["mean_ms"], rel=0.25)
     # the extend step is priced as the simulator prices a prefill chunk: known to be short of the
-    # paper's (see the module docstring), but not by more than half
-    recompute, paper = default["recompute"]["mean_ms"], default["paper"]["recompute"]["mean_ms"]
-    assert 0.5 * paper < recompute < paper
+    # paper's (see the module docstring); its spread is what was calibrated
+    assert 0.4 * default["paper"]["recompute"]["mean_ms"] < default["recompute"]["mean_ms"] \
+        < default["paper"]["recompute"]["mean_ms"]
+    assert default["recompute"]["std_ms"] == pytest.approx(default["paper"]["recompute"]["std_ms"],
+                                                           rel=0.25)
 
 
 def test_recompute_tail_is_short(default):

@@ -8,11 +8,17 @@ from pddsim.engine.perf import LinearRun, LinearTerm, MeasuredTable, Roofline
 
 LLAMA = catalog.model("llama-3.1-70b")
 H100 = catalog.gpu("h100-sxm")
+HBM8 = 8 * 3.35e12                                     # bytes/s of 8 x H100 at the peak
 
 
-def roofline(tp=1, **kw):
-    args = dict(mfu=1.0, mbu=1.0, overhead_s=0.0, comm_latency_s=0.0) | kw
-    return Roofline(LLAMA, H100, tp, **args)
+IDEAL = catalog.EngineProfile(name="ideal", linear_bf16=1, linear_fp8=1, attn_prefill=1,
+                              attn_decode=1, memory=1, overhead_ms=0, allreduce_base_us=0,
+                              allreduce_step_us=0)
+
+
+def roofline(tp=1, model=LLAMA, gpu=H100, **engine):
+    """The roofline at the hardware's peaks, with no fixed costs unless given."""
+    return Roofline(model, gpu, tp, IDEAL.model_copy(update=engine))
 
 
 def test_single_token_decode_is_the_weight_read():
@@ -32,48 +38,63 @@ def test_decode_slows_as_every_context_is_read():
 
 
 def test_small_prefill_chunks_cost_more_per_token():
-    p = roofline(overhead_s=0.002)
+    p = roofline(overhead_ms=2)
     per_token = lambda c: p.iteration(c, c * c / 2, 0) / c
     assert per_token(64) > 4 * per_token(4096)      # the weight read and overhead dominate
 
 
-def test_tensor_parallel_adds_all_reduces_and_overhead():
-    p1, p8 = roofline(), roofline(tp=8, comm_latency_s=8e-6)
-    # NVLink 4 is quoted 900 GB/s both ways; a ring all-reduce is bound by one direction: 450
-    allreduce = 2 * 80 * 2 * 7 / 8 * 8192 * 2 / 450e9   # per token
-    assert p8.iteration(1, 0, 0) == pytest.approx(p1.iteration(1, 0, 0) / 8 + allreduce + 160 * 8e-6)
+def test_tensor_parallel_adds_ring_all_reduces():
+    """Two all-reduces per layer: latency base + step x 2(n-1), then 2(n-1)/n of the payload
+    over the bus bandwidth H100s reach (360 GB/s, below NVLink 4's 450 GB/s each way)."""
+    p1 = roofline()
+    for tp in (2, 4, 8):
+        p = roofline(tp, allreduce_base_us=10, allreduce_step_us=2)
+        latency = 160 * (10e-6 + 2e-6 * 2 * (tp - 1))
+        for tokens in (1, 4096):
+            payload = 160 * 2 * (tp - 1) / tp * tokens * 8192 * 2 / 360e9
+            assert p.iteration(tokens, 0, 0) == pytest.approx(
+                p1.iteration(tokens, 0, 0) / tp + latency + payload)
+
+
+def test_fixed_costs_do_not_shrink_with_tp():
+    """Batch-1 decode gains little from TP2 to TP8 once the overhead and all-reduce latency
+    are counted: the weight read shrinks 4x, the rest grows."""
+    times = {tp: roofline(tp, overhead_ms=10, allreduce_base_us=20, allreduce_step_us=5)
+             .iteration(1, 1000, 1000, 1000) for tp in (2, 8)}
+    assert times[8] > 0.5 * times[2]
+    assert roofline(8, overhead_ms=10).iteration(1, 0, 0) > 0.010
 
 
 def test_moe_reads_more_experts_as_the_batch_grows():
     qwen = catalog.model("qwen3-235b-a22b")
-    p = Roofline(qwen, H100, 8, mfu=1, mbu=1, overhead_s=0, comm_latency_s=0)
-    assert p.weights_read(1) == pytest.approx(22e9 * 2)      # one token reads its active params
-    assert p.weights_read(4096) == pytest.approx(qwen.weight_bytes, rel=1e-6)
+    p = roofline(8, model=qwen)
+    assert p.weights_read_s(1) * HBM8 == pytest.approx(22e9 * 2)      # one token reads its active params
+    assert p.weights_read_s(4096) * HBM8 == pytest.approx(qwen.weight_bytes, rel=1e-6)
 
 
 def test_moe_shared_experts_are_always_read():
     """DeepSeek-V3: 17.0B shared (attention, shared experts, dense layers, embeddings) are read
     by any batch; each token reads (37 - 17) / (671 - 17) of the routed experts."""
-    p = Roofline(catalog.model("deepseek-v3"), H100, 8, mfu=1, mbu=1, overhead_s=0, comm_latency_s=0)
+    p = roofline(8, model=catalog.model("deepseek-v3"))
     share = 20 / 654
     for tokens in (1, 2, 16):
         expected = 17.0e9 + 654e9 * (1 - (1 - share) ** tokens)      # FP8: one byte a weight
-        assert p.weights_read(tokens) == pytest.approx(expected)
+        assert p.weights_read_s(tokens) * HBM8 == pytest.approx(expected)
     # treating every parameter as routed would read only 37B at one token but 72B at two
-    assert p.weights_read(2) < 671e9 * (1 - (1 - 37 / 671) ** 2)
+    assert p.weights_read_s(2) * HBM8 < 671e9 * (1 - (1 - 37 / 671) ** 2)
 
 
 def test_w4a16_weights_are_read_as_int4_but_computed_at_the_bf16_peak():
     pdd = catalog.model("pdd-1t-moe")
-    p = Roofline(pdd, H100, 8, mfu=1, mbu=1, overhead_s=0, comm_latency_s=0)
+    p = roofline(8, model=pdd)
     tokens = 16384                                         # compute-bound, no attention
     assert p.iteration(tokens, 0, 0) == pytest.approx(
         tokens * 2 * 32e9 / (8 * 989.4e12) + tokens * p.comm_s_per_token)
-    assert p.weights_read(10**6) == pytest.approx(1040e9 * 0.5)
+    assert p.weights_read_s(10**6) * HBM8 == pytest.approx(1040e9 * 0.5)
 
 
 def test_fp8_compute_runs_at_the_fp8_peak():
-    p = Roofline(catalog.model("deepseek-v3"), H100, 8, mfu=1, mbu=1, overhead_s=0, comm_latency_s=0)
+    p = roofline(8, model=catalog.model("deepseek-v3"))
     tokens = 16384
     assert p.iteration(tokens, 0, 0) == pytest.approx(
         tokens * 2 * 37e9 / (8 * 1978.9e12) + tokens * p.comm_s_per_token)
@@ -82,23 +103,22 @@ def test_fp8_compute_runs_at_the_fp8_peak():
 def test_mla_prefill_attends_unabsorbed_and_decode_absorbed():
     """DeepSeek-V3 per layer: prefill 2*128*(128+64) + 2*128*128 = 81,920 FLOPs per pair,
     decode 2*128*(512+64) + 2*128*512 = 278,528; 61 layers."""
-    p = Roofline(catalog.model("deepseek-v3"), H100, 1, mfu=1, mbu=1, overhead_s=0, comm_latency_s=0)
+    p = roofline(1, model=catalog.model("deepseek-v3"))
     t, pairs = 8192, 8192 * (100_000 + 4096)
-    linear = t * 2 * 37e9
-    assert p.iteration(t, pairs, 100_000) == pytest.approx(
-        (linear + pairs * 61 * 81_920) / 1978.9e12)
+    linear = t * 2 * 37e9 / 1978.9e12                  # FP8 matmuls; attention runs in BF16
+    assert p.iteration(t, pairs, 100_000) == pytest.approx(linear + pairs * 61 * 81_920 / 989.4e12)
     # the same pairs attended by decode tokens cost the absorbed rate
     assert p.iteration(t, pairs, 100_000, pairs) == pytest.approx(
-        (linear + pairs * 61 * 278_528) / 1978.9e12)
+        linear + pairs * 61 * 278_528 / 989.4e12)
     # a mixed iteration prices each part at its rate
     mixed = p.iteration(t, pairs + 64 * 50_000, 100_000, 64 * 50_000)
-    assert mixed == pytest.approx((linear + pairs * 61 * 81_920 + 64 * 50_000 * 61 * 278_528)
-                                  / 1978.9e12)
+    assert mixed == pytest.approx(linear + (pairs * 61 * 81_920 + 64 * 50_000 * 61 * 278_528)
+                                  / 989.4e12)
     # a decode run uses the absorbed cost too
-    compute_bound = Roofline(catalog.model("deepseek-v3"), H100, 1, mfu=1e-3, mbu=1,
-                             overhead_s=0, comm_latency_s=0)
+    compute_bound = roofline(1, model=catalog.model("deepseek-v3"), linear_fp8=1e-3, attn_decode=1e-3)
     run = compute_bound.decode_run(4, 4 * 10_000, 1)
-    assert run.total_s == pytest.approx((4 * 2 * 37e9 + 40_000 * 61 * 278_528) / (1978.9e12 * 1e-3))
+    assert run.total_s == pytest.approx(4 * 2 * 37e9 / (1978.9e12 * 1e-3)
+                                        + 40_000 * 61 * 278_528 / (989.4e12 * 1e-3))
 
 
 def test_decode_run_closed_form_matches_iteration_by_iteration():
@@ -116,14 +136,14 @@ def test_decode_run_closed_form_matches_iteration_by_iteration():
 
 
 def test_roofline_decode_run_agrees_with_single_iterations():
-    p = roofline(tp=8, overhead_s=0.002, comm_latency_s=8e-6)
+    p = roofline(8, overhead_ms=2, allreduce_base_us=8, allreduce_step_us=1)
     run = p.decode_run(32, 32 * 5000, 100)
     singles = [p.iteration(32, 32 * 5000 + 32 * i, 32 * 5000 + 32 * i) for i in range(100)]
     assert run.total_s == pytest.approx(sum(singles))
 
 
 def test_vector_iterations_match_single_ones():
-    p = roofline(tp=8, overhead_s=0.002, comm_latency_s=8e-6)
+    p = roofline(8, overhead_ms=2, allreduce_base_us=8, allreduce_step_us=1)
     tokens, pairs, kv = np.array([1, 64, 8192]), np.array([0, 64 * 900, 8192 * 4096]), np.array([0, 900, 0])
     assert p.iterations(tokens, pairs, kv) == pytest.approx(
         [p.iteration(t, a, k) for t, a, k in zip(tokens.tolist(), pairs.tolist(), kv.tolist())])

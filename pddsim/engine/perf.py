@@ -10,51 +10,61 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pddsim.catalog import GpuSpec, ModelSpec
+from pddsim.catalog import EngineProfile, GpuSpec, ModelSpec
 from pddsim.errors import InputError
+
+if TYPE_CHECKING:
+    from pddsim.config import Perf
 
 ACT_BYTES = 2.0  # activations travel in BF16 in the tensor-parallel all-reduces
 
 
 class Roofline:
-    """Roofline iteration time for `model` on `tp` GPUs of type `gpu`."""
+    """Roofline iteration time for `model` on `tp` GPUs of type `gpu`, served by `engine`."""
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, *, mfu: float, mbu: float,
-                 overhead_s: float, comm_latency_s: float):
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, engine: EngineProfile):
         # the matmuls run in the compute dtype (W4A16 dequantises to 16-bit): it sets the peak
-        peak_tflops = gpu.fp8_tflops if model.compute_dtype == "fp8" else gpu.bf16_tflops
-        self.flops_per_s = tp * peak_tflops * 1e12 * mfu
-        self.bytes_per_s = tp * gpu.hbm_tbps * 1e12 * mbu
-        self.flops_per_token = 2.0 * model.active_params_b * 1e9
-        self.prefill_attn = model.prefill_attn_flops
-        self.decode_attn = model.decode_attn_flops
-        self.kv_bytes = model.kv_bytes_per_token
-        self.shared_bytes = model.shared_weight_bytes
-        self.routed_bytes = model.weight_bytes - model.shared_weight_bytes
+        fp8 = model.compute_dtype == "fp8"
+        linear_flops = tp * (gpu.fp8_tflops if fp8 else gpu.bf16_tflops) * 1e12 \
+            * (engine.linear_fp8 if fp8 else engine.linear_bf16)
+        attn_peak = tp * gpu.bf16_tflops * 1e12                 # attention kernels run in 16-bit
+        self.s_per_token = 2.0 * model.active_params_b * 1e9 / linear_flops
+        self.s_per_prefill_pair = model.prefill_attn_flops / (attn_peak * engine.attn_prefill)
+        self.s_per_decode_pair = model.decode_attn_flops / (attn_peak * engine.attn_decode)
+        bytes_per_s = tp * gpu.hbm_tbps * 1e12 * engine.memory
+        self.s_per_kv_token = model.kv_bytes_per_token / bytes_per_s
+        self.shared_s = model.shared_weight_bytes / bytes_per_s
+        self.routed_s = (model.weight_bytes - model.shared_weight_bytes) / bytes_per_s
         self.pick_share = model.routed_pick_share
-        # two all-reduces per layer over tp GPUs (ring: 2(tp-1)/tp of the payload per GPU, sent
-        # and received at once, so one direction of the link bounds it)
-        self.comm_s_per_token = (0.0 if tp == 1 else
-                                 2 * model.layers * 2 * (tp - 1) / tp * model.hidden_size * ACT_BYTES
-                                 / (gpu.interconnect_gbps * 1e9))
-        self.fixed_s = overhead_s + (0.0 if tp == 1 else 2 * model.layers * comm_latency_s)
+        # two all-reduces per layer; a ring moves 2(n-1)/n of the payload over one direction of
+        # each GPU's link at the measured bus bandwidth, in 2(n-1) latency-bound steps
+        allreduces = 2 * model.layers
+        self.comm_s_per_token = (0.0 if tp == 1 else allreduces * 2 * (tp - 1) / tp
+                                 * model.hidden_size * ACT_BYTES / (gpu.allreduce_bus_gbps * 1e9))
+        latency_s = (engine.allreduce_base_us + engine.allreduce_step_us * 2 * (tp - 1)) / 1e6
+        self.fixed_s = engine.overhead_ms / 1e3 + (0.0 if tp == 1 else allreduces * latency_s)
 
-    def weights_read(self, tokens):
-        """Weight bytes one iteration reads: the shared part always; a MoE touches more routed
-        experts as the batch grows (each token picks its share independently)."""
-        return self.shared_bytes + self.routed_bytes * (1.0 - (1.0 - self.pick_share) ** tokens)
+    @classmethod
+    def from_config(cls, model: ModelSpec, gpu: GpuSpec, tp: int, perf: "Perf") -> "Roofline":
+        return cls(model, gpu, tp, perf.engine())
+
+    def weights_read_s(self, tokens):
+        """Time to read the weights one iteration needs: the shared part always; a MoE touches
+        more routed experts as the batch grows (each token picks its share independently)."""
+        return self.shared_s + self.routed_s * (1.0 - (1.0 - self.pick_share) ** tokens)
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
                   decode_pairs: float = 0.0) -> float:
         """Time of one iteration: `tokens` computed, `attn_pairs` query x context token pairs
         attended (`decode_pairs` of them by decode tokens, which attend in the absorbed form),
         `kv_tokens_read` tokens of KV cache read."""
-        compute = (tokens * self.flops_per_token + (attn_pairs - decode_pairs) * self.prefill_attn
-                   + decode_pairs * self.decode_attn) / self.flops_per_s
-        memory = (self.weights_read(tokens) + kv_tokens_read * self.kv_bytes) / self.bytes_per_s
+        compute = (tokens * self.s_per_token + (attn_pairs - decode_pairs) * self.s_per_prefill_pair
+                   + decode_pairs * self.s_per_decode_pair)
+        memory = self.weights_read_s(tokens) + kv_tokens_read * self.s_per_kv_token
         return max(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
 
     def iterations(self, tokens: np.ndarray, attn_pairs: np.ndarray,
@@ -62,19 +72,18 @@ class Roofline:
         """`iteration` over arrays: many independent iterations at once."""
         tokens = np.asarray(tokens, dtype=float)
         attn_pairs, decode_pairs = np.asarray(attn_pairs), np.asarray(decode_pairs)
-        compute = (tokens * self.flops_per_token + (attn_pairs - decode_pairs) * self.prefill_attn
-                   + decode_pairs * self.decode_attn) / self.flops_per_s
-        memory = (self.weights_read(tokens) + np.asarray(kv_tokens_read) * self.kv_bytes) \
-            / self.bytes_per_s
+        compute = (tokens * self.s_per_token + (attn_pairs - decode_pairs) * self.s_per_prefill_pair
+                   + decode_pairs * self.s_per_decode_pair)
+        memory = self.weights_read_s(tokens) + np.asarray(kv_tokens_read) * self.s_per_kv_token
         return np.maximum(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
 
     def decode_run(self, n: int, context: int, k: int) -> "LinearRun":
         """k decode iterations of n requests holding `context` KV tokens at the first, growing by
         n tokens an iteration: both roofline terms are linear in the iteration index."""
-        compute = LinearTerm((n * self.flops_per_token + context * self.decode_attn) / self.flops_per_s,
-                             n * self.decode_attn / self.flops_per_s)
-        memory = LinearTerm((self.weights_read(n) + context * self.kv_bytes) / self.bytes_per_s,
-                            n * self.kv_bytes / self.bytes_per_s)
+        compute = LinearTerm(n * self.s_per_token + context * self.s_per_decode_pair,
+                             n * self.s_per_decode_pair)
+        memory = LinearTerm(self.weights_read_s(n) + context * self.s_per_kv_token,
+                            n * self.s_per_kv_token)
         return LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s, k)
 
 

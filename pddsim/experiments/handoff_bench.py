@@ -13,11 +13,11 @@ longer iteration: almost nothing depends on the WAN's bandwidth.
 
 Calibration against the paper (defaults below): the `kv_transfer` mean and max and the
 `recompute` std come out close to the paper's figures. The `recompute` mean and max come out
-~40% below them, and stay there with plausible values: the Roofline prices the extend of 100
+about half of them, and stay there with plausible values: the Roofline prices the extend of 100
 tokens as a prefill chunk (MLA attention in its expanded form over their context) plus one weight
-read, and even at Kimi-K2's full 256K-token window on a busy 8 x H20 MD that iteration takes
-~140 ms. Closing the gap would take
-~125 ms more one-way latency (an intercontinental round trip) or a far slower MD, which
+read under the modern engine profile, and even at Kimi-K2's full 256K-token window on an 8 x H20
+MD that iteration takes ~116 ms. Closing the gap would take
+~150 ms more one-way latency (an intercontinental round trip) or a far slower MD, which
 would also inflate the std. The paper's remaining time is presumably serving overhead this model
 does not have (scheduling the extend, its launch path).
 
@@ -48,22 +48,22 @@ PAPER = {
 
 @dataclass(frozen=True)
 class HandoffBenchSpec:
-    """The scenario. The MD is priced with the simulator's own Perf defaults, so the extend step
-    costs here what it costs in a full simulation."""
+    """The scenario. The MD is priced by the simulator's own roofline under the paper configs'
+    engine profile, so the extend step costs here what it costs in a full simulation."""
 
     model: str = "pdd-1t-moe"
     md_gpu: str = "h20"
     md_tp: int = 8                 # the smallest H20 node that holds the INT4 1T model
-    perf: Perf = field(default_factory=Perf)
+    # the engine profile of the paper configs (a 2025 engine)
+    perf: Perf = field(default_factory=lambda: Perf(profile="modern-fp8"))
     # Calibrated to the recompute std (4.8 ms): the wait for the current iteration's end is uniform
-    # over it, so std = iteration / sqrt(12); 4 requests of 256K tokens give an 18.5 ms decode
-    # iteration (std 5.3 ms): the absorbed MLA attention over their contexts runs at the H20's
-    # BF16 peak (the model's INT4 weights are dequantised). Their KV and the handed-off request's
-    # (5 x 256K x 45 KB ~ 60 GB) fit in the ~171 GB an 8 x H20 node has left after the weights.
-    md_batch: int = 4
+    # over it, so std = iteration / sqrt(12); one request of 256K tokens gives a 15.7 ms decode
+    # iteration (std 4.5 ms): 5 ms of engine overhead, 4.4 ms of all-reduce latency, the weight
+    # read and the absorbed MLA attention at the H20's BF16 rate (INT4 weights are dequantised).
+    md_batch: int = 1
     # Calibrated to the recompute mean (305 ms): the extend's cost is its 100 tokens attending to
     # their context, so only a long one comes near the paper; 256K is Kimi-K2's context window,
-    # the length long agent sessions reach. Still ~40% short (see the module docstring).
+    # the length long agent sessions reach. Still about half (see the module docstring).
     md_context: int = 262_144
     # The low end of the 10-100 Gbps economical inter-datacenter line (PDD.md section 2).
     bandwidth_gbps: float = 10.0
@@ -110,7 +110,7 @@ def scenario_spec(cfg: Config, base: HandoffBenchSpec = HandoffBenchSpec()) -> H
     cluster, group = md
     wan, bg = cfg.wan, cfg.wan.background
     return replace(
-        base, model=cfg.model, md_gpu=cluster.gpu, md_tp=group.tp, perf=cfg.perf,
+        base, model=cfg.model, md_gpu=cluster.gpu, md_tp=group.tp, perf=cluster.perf or cfg.perf,
         md_context=65_536, bandwidth_gbps=wan.bandwidth_gbps, rtt_ms=wan.rtt_ms,
         flow_cap_gbps=wan.flow_cap_gbps, token_id_bytes=cfg.pdd.token_id_bytes,
         background_mean=bg.mean if bg else 0.0, background_std=bg.std if bg else 0.0,
@@ -144,10 +144,8 @@ def _md_iterations(spec: HandoffBenchSpec) -> tuple[float, float]:
     """Roofline time of the MD's decode iteration, alone and with the handed-off sequence's
     tokens in it (priced as the simulator prices an extend chunk: causal attention over the
     sequence's context, its KV read once)."""
-    p = spec.perf
     roofline = Roofline(catalog.model(spec.model), catalog.gpu(spec.md_gpu), spec.md_tp,
-                        mfu=p.mfu, mbu=p.mbu, overhead_s=p.overhead_ms / 1e3,
-                        comm_latency_s=p.comm_latency_us / 1e6)
+                        spec.perf.engine())
     b, ctx, n = spec.md_batch, spec.md_context, spec.tokens
     decode = roofline.iteration(b, b * ctx, b * ctx, b * ctx)
     extend = roofline.iteration(b + n, b * ctx + n * (ctx + n / 2), (b + 1) * ctx, b * ctx)

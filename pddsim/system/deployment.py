@@ -58,16 +58,16 @@ def make_link(env, name: str, lc: LinkConfig, rng: np.random.Generator) -> Link:
 def build(env, cfg: Config, hooks, seed: int) -> Deployment:
     model = catalog.model(cfg.model)
     dep = Deployment(model=model)
-    table = MeasuredTable(cfg.resolve(cfg.perf.table)) if cfg.perf.kind == "table" else None
     for ci, (cname, cluster) in enumerate(cfg.clusters.items()):
         gpu = catalog.gpu(cluster.gpu)
+        perf_cfg = cluster.perf or cfg.perf        # a cluster of other GPUs needs its own table
+        table = MeasuredTable(cfg.resolve(perf_cfg.table)) if perf_cfg.kind == "table" else None
+        engine = perf_cfg.engine()
         dep.rdma[cname] = make_link(env, f"rdma:{cname}", cluster.rdma, np.random.default_rng([seed, 1, ci]))
         for gi, group in enumerate(cluster.instances):
             where = f"clusters.{cname}.instances.{gi}"
             capacity = kv_capacity_tokens(cfg, model, gpu, group.tp, where)
-            perf = table or Roofline(model, gpu, group.tp, mfu=cfg.perf.mfu, mbu=cfg.perf.mbu,
-                                     overhead_s=cfg.perf.overhead_ms / 1e3,
-                                     comm_latency_s=cfg.perf.comm_latency_us / 1e6)
+            perf = table or Roofline(model, gpu, group.tp, engine)
             cache_tokens = {"prefill": cfg.prefix_cache.prefill_tokens,
                             "colocated": cfg.prefix_cache.prefill_tokens,
                             "decode": cfg.prefix_cache.decode_tokens}.get(group.role, 0)

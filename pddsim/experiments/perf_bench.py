@@ -1,0 +1,116 @@
+"""Predicted against measured iteration times: `pddsim bench perf --against MEASURED.csv`.
+
+The measured file has one row per timed iteration: `model,gpu,tp,tokens,attn_pairs,kv_tokens,
+time_ms,source` (a decode iteration is one whose tokens each attend to their own context, so
+`attn_pairs == kv_tokens`; anything else is a prefill). Each row is predicted by the roofline under
+every engine profile (and by a measured table, when given), and the report gives the median
+absolute error by kind, by TP and by source, and the median predicted/measured ratio by kind and TP
+(a ratio drifting with TP means a cost that does not scale like the model assumes).
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pddsim import catalog
+from pddsim.engine.perf import Roofline
+from pddsim.errors import InputError
+
+COLUMNS = ("model", "gpu", "tp", "tokens", "attn_pairs", "kv_tokens", "time_ms", "source")
+
+
+def read_measured(path: Path) -> pd.DataFrame:
+    """The measured points, each checked: a bad line names the file and line."""
+    rows = []
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
+            for line, r in enumerate(reader, start=2):
+                try:
+                    row = {"model": catalog.model(r["model"]).name, "gpu": catalog.gpu(r["gpu"]).name,
+                           "tp": int(r["tp"]), "tokens": float(r["tokens"]),
+                           "attn_pairs": float(r["attn_pairs"]), "kv_tokens": float(r["kv_tokens"]),
+                           "time_ms": float(r["time_ms"]), "source": r["source"]}
+                except (ValueError, TypeError, InputError) as e:
+                    raise InputError(f"{path}:{line}: {e}") from None
+                if row["tp"] < 1 or row["tokens"] < 1 or row["time_ms"] <= 0 \
+                        or min(row["attn_pairs"], row["kv_tokens"]) < 0:
+                    raise InputError(f"{path}:{line}: tp and tokens must be >= 1, time_ms > 0, "
+                                     "attn_pairs and kv_tokens >= 0")
+                rows.append(row)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    if not rows:
+        raise InputError(f"{path}: no measured points")
+    df = pd.DataFrame(rows)
+    df["kind"] = np.where(df["attn_pairs"] == df["kv_tokens"], "decode", "prefill")
+    return df
+
+
+def predict(df: pd.DataFrame, perf_model_of) -> np.ndarray:
+    """Predicted milliseconds per row; `perf_model_of(model, gpu, tp)` gives the model to ask."""
+    out = np.empty(len(df))
+    for (model, gpu, tp), idx in df.groupby(["model", "gpu", "tp"]).indices.items():
+        part = df.iloc[idx]
+        decode = (part["kind"] == "decode").to_numpy()
+        pairs = part["attn_pairs"].to_numpy()
+        out[idx] = 1e3 * perf_model_of(model, gpu, int(tp)).iterations(
+            part["tokens"].to_numpy(), pairs, part["kv_tokens"].to_numpy(), np.where(decode, pairs, 0.0))
+    return out
+
+
+def roofline_of(profile: catalog.EngineProfile):
+    return lambda model, gpu, tp: Roofline(catalog.model(model), catalog.gpu(gpu), tp, profile)
+
+
+def compare(df: pd.DataFrame, predictors: dict) -> pd.DataFrame:
+    """One row per measured point and predictor: predicted, ratio and absolute % error."""
+    parts = []
+    for name, perf_model_of in predictors.items():
+        part = df.copy()
+        part["predictor"] = name
+        part["predicted_ms"] = predict(df, perf_model_of)
+        part["ratio"] = part["predicted_ms"] / part["time_ms"]
+        part["abs_err_pct"] = 100 * (part["ratio"] - 1).abs()
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True)
+
+
+def summarise(cases: pd.DataFrame) -> dict:
+    """Median absolute % error by kind, TP and source, and the median ratio by kind and TP, per
+    predictor."""
+    out = {}
+    for name, part in cases.groupby("predictor", sort=False):
+        out[name] = {
+            "cases": int(len(part)),
+            "median_abs_err_pct": {
+                "by_kind": part.groupby("kind")["abs_err_pct"].median().round(1).to_dict(),
+                "by_tp": {int(k): v for k, v in
+                          part.groupby("tp")["abs_err_pct"].median().round(1).items()},
+                "by_source": {src: {"all": round(float(g["abs_err_pct"].median()), 1),
+                                    **g.groupby("kind")["abs_err_pct"].median().round(1).to_dict()}
+                              for src, g in part.groupby("source")}},
+            "median_ratio": {f"{kind} tp{int(tp)}": round(float(v), 2) for (kind, tp), v in
+                             part.groupby(["kind", "tp"])["ratio"].median().items()},
+        }
+    return out
+
+
+def format_report(summary: dict) -> str:
+    lines = []
+    for name, s in summary.items():
+        err = s["median_abs_err_pct"]
+        lines.append(f"{name} ({s['cases']} cases): median |error| "
+                     + ", ".join(f"{k} {v:.1f}%" for k, v in err["by_kind"].items()))
+        lines.append("  by TP: " + ", ".join(f"tp{k} {v:.1f}%" for k, v in err["by_tp"].items()))
+        for src, v in err["by_source"].items():
+            lines.append(f"  {src}: " + ", ".join(f"{k} {e:.1f}%" for k, e in v.items()))
+        lines.append("  predicted/measured: " + ", ".join(f"{k} {v:.2f}"
+                                                         for k, v in s["median_ratio"].items()))
+    return "\n".join(lines)

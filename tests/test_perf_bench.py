@@ -1,0 +1,82 @@
+"""Engine profiles in configs and the predicted-vs-measured report."""
+import json
+
+import pytest
+
+from helpers import assert_input_error
+from pddsim import catalog, cli
+from pddsim.config import DEFAULT_ENGINE, Perf
+from pddsim.engine.perf import Roofline
+from pddsim.experiments.perf_bench import compare, read_measured, roofline_of, summarise
+
+HEADER = "model,gpu,tp,tokens,attn_pairs,kv_tokens,time_ms,source\n"
+
+
+def test_profile_fields_override_one_by_one():
+    base = catalog.engine("modern-fp8")
+    engine = Perf(profile="modern-fp8", overhead_ms=1.5).engine()
+    assert engine.overhead_ms == 1.5
+    assert engine.model_copy(update={"overhead_ms": base.overhead_ms}) == base
+    assert Perf().engine() == catalog.engine(DEFAULT_ENGINE)
+
+
+def test_unknown_profile_is_a_field_error():
+    with pytest.raises(ValueError, match="unknown engine profile 'nope'"):
+        Perf(profile="nope")
+
+
+def test_overhead_adds_to_every_iteration_exactly():
+    model, gpu = catalog.model("llama-3.1-70b"), catalog.gpu("h100-sxm")
+    low = Roofline(model, gpu, 4, Perf(overhead_ms=0).engine())
+    high = Roofline(model, gpu, 4, Perf(overhead_ms=7).engine())
+    assert high.iteration(512, 512 * 256, 0) - low.iteration(512, 512 * 256, 0) == pytest.approx(7e-3)
+    assert high.decode_run(8, 8000, 10).total_s - low.decode_run(8, 8000, 10).total_s \
+        == pytest.approx(70e-3)
+
+
+def measured_file(tmp_path, rows):
+    path = tmp_path / "measured.csv"
+    path.write_text(HEADER + "".join(r + "\n" for r in rows))
+    return path
+
+
+def test_report_reproduces_hand_computed_errors(tmp_path):
+    """Rows whose time is the profile's own prediction x 1.25 and x 0.8: the errors are 20% and
+    25%, split by kind (a decode row attends exactly its KV) and source."""
+    engine = catalog.engine("modern-fp8")
+    p = Roofline(catalog.model("llama-3.1-70b"), catalog.gpu("h100-sxm"), 2, engine)
+    prefill_ms = 1e3 * p.iteration(1024, 1024 * 512, 0)
+    decode_ms = 1e3 * p.iteration(16, 16 * 2000, 16 * 2000, 16 * 2000)
+    path = measured_file(tmp_path, [
+        f"llama-3.1-70b,h100-sxm,2,1024,{1024 * 512},0,{prefill_ms * 1.25},a",
+        f"llama-3.1-70b,h100-sxm,2,16,{16 * 2000},{16 * 2000},{decode_ms / 0.8},b"])
+    df = read_measured(path)
+    assert list(df["kind"]) == ["prefill", "decode"]
+    summary = summarise(compare(df, {"m": roofline_of(engine)}))["m"]
+    assert summary["median_abs_err_pct"]["by_kind"] == {"decode": 20.0, "prefill": 20.0}
+    assert summary["median_abs_err_pct"]["by_source"]["b"] == {"all": 20.0, "decode": 20.0}
+    assert summary["median_ratio"] == {"decode tp2": 0.8, "prefill tp2": 0.8}
+
+
+@pytest.mark.parametrize("row, where", [
+    ("llama-3.1-70b,h100-sxm,two,1,1,1,5,a", ":2:"),
+    ("llama-3.1-70b,h100-nope,2,1,1,1,5,a", ":2: unknown GPU"),
+    ("llama-3.1-70b,h100-sxm,2,1,1,1,-5,a", ":2: tp and tokens"),
+])
+def test_bad_measured_rows_name_the_line(tmp_path, row, where):
+    path = measured_file(tmp_path, [row])
+    with pytest.raises(Exception, match=where):
+        read_measured(path)
+
+
+def test_bench_perf_cli(tmp_path, capsys):
+    path = measured_file(tmp_path, ["llama-3.1-70b,h100-sxm,8,1,1000,1000,30,x",
+                                    "llama-3.1-70b,h100-sxm,8,4096,8388608,0,400,x"])
+    cases = tmp_path / "cases.csv"
+    assert cli.main(["bench", "perf", "--against", str(path), "--json", "--cases", str(cases)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {f"roofline/{n}" for n in catalog.engines()}
+    assert len(cases.read_text().splitlines()) == 1 + 2 * len(catalog.engines())
+    bad = measured_file(tmp_path, ["llama-3.1-70b,h100-sxm,8,1,1,1"])
+    code = cli.main(["bench", "perf", "--against", str(bad)])
+    assert_input_error(code, capsys.readouterr().err, f"{bad}:2")
