@@ -1,4 +1,5 @@
-"""Command line: `pddsim run | compare | capacity | sweep | check | validate | schema | trace | bench`.
+"""Command line: `pddsim run | compare | capacity | sweep | check | validate | schema | trace | bench |
+perf`.
 
 Bad input ends with one line on stderr and exit status 2; an internal error with one line and exit
 status 1 (`--debug`: the traceback).
@@ -198,6 +199,15 @@ def cmd_bench_perf(args) -> int:
     return 0
 
 
+def cmd_perf_import(args) -> int:
+    from pddsim.engine.perf_import import import_table
+    prov = import_table(args.source, [Path(f) for f in args.files], Path(args.out), model=args.model,
+                        gpu=args.gpu, tp=args.tp, source_model=args.source_model,
+                        source_gpu=args.source_gpu, commit=args.commit, licence=args.licence)
+    print(f"wrote {args.out} ({prov['cells']} cells) and {args.out}.provenance.json")
+    return 0
+
+
 def cmd_validate(args) -> int:
     from pddsim.system.deployment import check
     cfg = _config(args)
@@ -328,6 +338,21 @@ def parser() -> Parser:
     rep.add_argument("folder", help="a run's --out folder, or one holding several runs")
     rep.add_argument("-o", "--output", required=True, metavar="FILE.html")
     rep.set_defaults(func=cmd_report)
+
+    perf = sub.add_parser("perf", help="iteration-time models")
+    psub = perf.add_subparsers(dest="perf_command", required=True, parser_class=Parser)
+    imp = psub.add_parser("import", help="convert a published profile into a measured table")
+    imp.add_argument("--from", dest="source", required=True, choices=("distserve", "splitwise", "vidur"))
+    imp.add_argument("files", nargs="+", metavar="FILE")
+    imp.add_argument("--model", required=True, help="catalog model the table is for")
+    imp.add_argument("--gpu", required=True, help="catalog GPU the table is for")
+    imp.add_argument("--tp", type=int, required=True, help="GPUs per instance")
+    imp.add_argument("-o", "--out", required=True, metavar="TABLE.csv")
+    imp.add_argument("--source-model", help="the model's name in the file (default: --model)")
+    imp.add_argument("--source-gpu", help="the GPU's name in the file (splitwise; default: --gpu)")
+    imp.add_argument("--commit", help="provenance: the source repository's commit")
+    imp.add_argument("--licence", help="provenance: the source's licence")
+    imp.set_defaults(func=cmd_perf_import)
 
     val = sub.add_parser("validate", help="check a config (and that its model fits its GPUs)")
     _add_config_args(val, trace=False)

@@ -13,10 +13,11 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
 def linear_table(path: Path, base: float, per_token: float) -> Path:
-    rows = ["tokens,kv_tokens,time_s"]
-    for t in (0, 1_000_000):
-        for kv in (0, 10**10):
-            rows.append(f"{t},{kv},{base + per_token * t}")
+    rows = ["phase,tokens,context,time_s"]
+    for phase in ("prefill", "decode"):
+        for t in (0, 1_000_000):
+            for ctx in (0, 10**10):
+                rows.append(f"{phase},{t},{ctx},{base + per_token * t}")
     path.write_text("\n".join(rows) + "\n")
     return path
 

@@ -158,9 +158,48 @@ def test_measured_table_interpolates_bilinearly(tmp_path):
     assert run.total_s == pytest.approx(10 * (0.01 + 4e-5))
 
 
+def write_table(path, rows):
+    path.write_text("phase,tokens,context,time_s\n" + "".join(f"{r}\n" for r in rows))
+    return path
+
+
+def two_phase_table(tmp_path):
+    """prefill: 1 ms + 1 us/token + 1 ns per token x prefix token; decode: 2 ms + 0.1 us per KV
+    token read."""
+    rows = [f"prefill,{t},{c},{1e-3 + 1e-6 * t + 1e-9 * t * c}" for t in (100, 1000) for c in (0, 4000)]
+    rows += [f"decode,{n},{c},{2e-3 + 1e-7 * n * c}" for n in (1, 64) for c in (100, 10_000)]
+    return MeasuredTable(write_table(tmp_path / "t.csv", rows))
+
+
+def test_measured_table_prices_prefill_by_attention_and_decode_by_kv(tmp_path):
+    table = two_phase_table(tmp_path)
+    # corner cells reproduce the measured points
+    assert table.iteration(1000, 1000 * 4500, 4000) == pytest.approx(1e-3 + 1e-3 + 4e-3)
+    # a chunk of 550 tokens over a 2,000-token prefix: bilinear between the four cells
+    t, c = 550, 2000
+    cells = {(a, b): 1e-3 + 1e-6 * a + 1e-9 * a * b for a in (100, 1000) for b in (0, 4000)}
+    fx, fy = (t - 100) / 900, c / 4000
+    expected = ((1 - fx) * (1 - fy) * cells[100, 0] + fx * (1 - fy) * cells[1000, 0]
+                + (1 - fx) * fy * cells[100, 4000] + fx * fy * cells[1000, 4000])
+    assert table.iteration(t, t * (c + t / 2), c) == pytest.approx(expected)
+    # a decode iteration: every pair is a decode pair; priced by the KV each request reads
+    assert table.iteration(1, 5000, 5000, 5000) == pytest.approx(2e-3 + 1e-7 * 5000)
+    run = table.decode_run(1, 5000, 3)
+    assert run.total_s == pytest.approx(sum(2e-3 + 1e-7 * (5000 + i) for i in range(3)))
+
+
+def test_measured_table_refuses_cells_out_of_range(tmp_path):
+    from pddsim.errors import InputError
+    table = two_phase_table(tmp_path)
+    with pytest.raises(InputError, match="decode iteration of 128 tokens .* outside the measured"):
+        table.decode_run(128, 128 * 500, 1)
+    with pytest.raises(InputError, match="prefill iteration of 1000 tokens at context 8000"):
+        table.iteration(1000, 1000 * 8500, 8000)
+
+
 def test_measured_table_rejects_a_ragged_grid(tmp_path):
     from pddsim.errors import InputError
-    path = tmp_path / "t.csv"
-    path.write_text("tokens,kv_tokens,time_s\n1,0,0.1\n2,0,0.2\n1,5,0.1\n")
-    with pytest.raises(InputError, match="full grid"):
+    path = write_table(tmp_path / "t.csv", ["prefill,1,0,0.1", "prefill,2,0,0.2", "prefill,1,5,0.1",
+                                            "decode,1,0,0.1"])
+    with pytest.raises(InputError, match="prefill rows must be a full grid.*tokens=2 context=5"):
         MeasuredTable(path)

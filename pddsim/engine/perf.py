@@ -88,50 +88,89 @@ class Roofline:
 
 
 class MeasuredTable:
-    """Iteration times measured on real hardware, bilinear in (batch tokens, KV tokens read).
+    """Iteration times measured on real hardware, interpolated bilinearly, prefill and decode apart.
 
-    The CSV has columns `tokens,kv_tokens,time_s` on a full grid; outside it values are clamped.
+    The CSV has columns `phase,tokens,context,time_s`: for `prefill` rows `tokens` is the tokens
+    computed and `context` the KV tokens the iteration reads (the cached prefix its chunks attend
+    to), as operator profiles are taken (chunk x KV cache size); for `decode` rows `tokens` is the
+    batch and `context` the KV tokens each request reads. Each phase is a full grid over (tokens,
+    context). An iteration outside a grid is refused (an InputError naming the table and the
+    cell), never clamped. A mixed iteration is priced on the prefill grid at all its tokens and
+    all the KV it reads.
     """
 
     def __init__(self, path: Path):
+        self.path = path
+        rows: dict[str, list[tuple[float, float, float]]] = {"prefill": [], "decode": []}
         try:
             with open(path, newline="") as f:
-                rows = [(float(r["tokens"]), float(r["kv_tokens"]), float(r["time_s"]))
-                        for r in csv.DictReader(f)]
-        except (OSError, KeyError, ValueError, TypeError) as e:
-            raise InputError(f"{path}: perf table needs columns tokens,kv_tokens,time_s ({e})") from None
-        self.tok = np.unique([r[0] for r in rows])
-        self.kv = np.unique([r[1] for r in rows])
-        if len(rows) != len(self.tok) * len(self.kv):
-            raise InputError(f"{path}: perf table must be a full grid of tokens x kv_tokens")
-        grid = {(r[0], r[1]): r[2] for r in rows}
-        self.time = np.array([[grid[(t, k)] for k in self.kv] for t in self.tok])
+                for line, r in enumerate(csv.DictReader(f), start=2):
+                    try:
+                        rows[r["phase"]].append((float(r["tokens"]), float(r["context"]),
+                                                 float(r["time_s"])))
+                    except (KeyError, ValueError, TypeError) as e:
+                        raise InputError(f"{path}:{line}: perf table needs columns phase (prefill or "
+                                         f"decode),tokens,context,time_s ({e})") from None
+        except OSError as e:
+            raise InputError(f"{path}: cannot read perf table ({e.strerror})") from None
+        self.grids = {phase: _Grid(path, phase, points) for phase, points in rows.items()}
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
                   decode_pairs: float = 0.0) -> float:
-        return float(self.iterations(tokens, attn_pairs, kv_tokens_read))
+        return float(self.iterations(tokens, attn_pairs, kv_tokens_read, decode_pairs))
 
     def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0) -> np.ndarray:
-        return self._interpolate(np.asarray(tokens, dtype=float),
-                                 np.asarray(kv_tokens_read, dtype=float))
+        tokens, pairs, kv, dec = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (
+            tokens, attn_pairs, kv_tokens_read, decode_pairs)))
+        decode = dec >= pairs                                  # every token a decode
+        out = np.empty(tokens.shape)
+        if decode.any():
+            out[decode] = self.grids["decode"].at(tokens[decode], kv[decode] / tokens[decode])
+        if (~decode).any():
+            out[~decode] = self.grids["prefill"].at(tokens[~decode], kv[~decode])
+        return out
 
     def decode_run(self, n: int, context: int, k: int) -> "TabulatedRun":
-        ctx = context + n * np.arange(k, dtype=float)
-        return TabulatedRun(self._interpolate(np.full(k, float(n)), ctx))
+        per_request = context / n + np.arange(k, dtype=float)
+        return TabulatedRun(self.grids["decode"].at(np.full(k, float(n)), per_request))
 
-    def _interpolate(self, tokens: np.ndarray, kv: np.ndarray):
-        tokens, kv = np.broadcast_arrays(tokens, kv)
-        ti = np.clip(np.searchsorted(self.tok, tokens) - 1, 0, max(len(self.tok) - 2, 0))
-        ki = np.clip(np.searchsorted(self.kv, kv) - 1, 0, max(len(self.kv) - 2, 0))
-        t0, t1 = self.tok[ti], self.tok[np.minimum(ti + 1, len(self.tok) - 1)]
-        k0, k1 = self.kv[ki], self.kv[np.minimum(ki + 1, len(self.kv) - 1)]
-        ft = np.clip(np.where(t1 > t0, (tokens - t0) / np.where(t1 > t0, t1 - t0, 1), 0), 0, 1)
-        fk = np.clip(np.where(k1 > k0, (kv - k0) / np.where(k1 > k0, k1 - k0, 1), 0), 0, 1)
-        g = self.time
-        ti1, ki1 = np.minimum(ti + 1, len(self.tok) - 1), np.minimum(ki + 1, len(self.kv) - 1)
-        out = ((1 - ft) * (1 - fk) * g[ti, ki] + ft * (1 - fk) * g[ti1, ki]
-               + (1 - ft) * fk * g[ti, ki1] + ft * fk * g[ti1, ki1])
-        return out
+
+class _Grid:
+    """One phase's full grid of measured times over (tokens, context), bilinear inside."""
+
+    def __init__(self, path: Path, phase: str, points: list[tuple[float, float, float]]):
+        self.where = f"{path}: {phase}"
+        self.tok = np.unique([p[0] for p in points])
+        self.ctx = np.unique([p[1] for p in points])
+        grid = {(p[0], p[1]): p[2] for p in points}
+        missing = [(t, c) for t in self.tok for c in self.ctx if (t, c) not in grid]
+        if not points or missing or len(grid) != len(points):
+            cell = f"; missing tokens={missing[0][0]:g} context={missing[0][1]:g}" if missing else ""
+            raise InputError(f"{self.where} rows must be a full grid of tokens x context, each cell "
+                             f"once{cell}")
+        self.time = np.array([[grid[(t, c)] for c in self.ctx] for t in self.tok])
+
+    def at(self, tokens: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+        outside = ((tokens < self.tok[0]) | (tokens > self.tok[-1])
+                   | (ctx < self.ctx[0] - 1e-9) | (ctx > self.ctx[-1] + 1e-9))
+        if outside.any():
+            i = int(np.argmax(outside))
+            raise InputError(
+                f"{self.where} iteration of {tokens[i]:g} tokens at context {ctx[i]:g} is outside "
+                f"the measured range (tokens {self.tok[0]:g}-{self.tok[-1]:g}, context "
+                f"{self.ctx[0]:g}-{self.ctx[-1]:g})")
+        return _bilinear(self.tok, self.ctx, self.time, tokens, np.clip(ctx, self.ctx[0], self.ctx[-1]))
+
+
+def _bilinear(xs, ys, grid, x, y):
+    """Bilinear interpolation of grid[xs, ys] at points (x, y) inside the grid."""
+    xi = np.clip(np.searchsorted(xs, x, side="right") - 1, 0, max(len(xs) - 2, 0))
+    yi = np.clip(np.searchsorted(ys, y, side="right") - 1, 0, max(len(ys) - 2, 0))
+    xj, yj = np.minimum(xi + 1, len(xs) - 1), np.minimum(yi + 1, len(ys) - 1)
+    fx = np.where(xj > xi, (x - xs[xi]) / np.where(xj > xi, xs[xj] - xs[xi], 1), 0)
+    fy = np.where(yj > yi, (y - ys[yi]) / np.where(yj > yi, ys[yj] - ys[yi], 1), 0)
+    return ((1 - fx) * (1 - fy) * grid[xi, yi] + fx * (1 - fy) * grid[xj, yi]
+            + (1 - fx) * fy * grid[xi, yj] + fx * fy * grid[xj, yj])
 
 
 class LinearTerm:
