@@ -118,6 +118,29 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_bathtub(args) -> int:
+    from pddsim.experiments.bathtub import POLICIES, Stream, bathtub, parse_hits, plot
+    cfg = _config(args)
+    hits = parse_hits(args.hits)
+    stream = Stream(context_tokens=args.context, output_tokens=args.output, rate_rps=args.rate,
+                    requests=args.requests, block_tokens=args.block)
+    policies = tuple(args.policy) if args.policy else POLICIES
+    with _progress(len(hits) * len(policies), args.quiet) as bar:
+        bar.unit = "point"
+        points = bathtub(cfg, hits, stream, policies, seed=args.seed, on_point=bar.update)
+    if args.plot:
+        plot(points, args.plot, f"{cfg.name}: {args.context} tokens, {args.rate:g} req/s")
+    if args.json:
+        print(_json({"points": points}))
+        return 0
+    import pandas as pd
+    table = pd.DataFrame(points).pivot(index="hit_rate", columns="policy",
+                                       values=["throughput_rps", "goodput_rps", "ttft_p50_s"])
+    print(table[[c for c in table.columns if c[1] in policies]].to_string(
+        float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
 def cmd_report(args) -> int:
     from pddsim.report import write_report
     print(write_report(args.folder, args.output))
@@ -332,6 +355,27 @@ def parser() -> Parser:
     bp.add_argument("--cases", metavar="FILE", help="write predicted vs measured per case (CSV)")
     bp.add_argument("--json", action="store_true")
     bp.set_defaults(func=cmd_bench_perf)
+
+    tub = sub.add_parser("bathtub", help="throughput vs prefix hit rate at a fixed context "
+                         "length and load, per chunk-packing policy")
+    _add_config_args(tub, trace=False)
+    tub.add_argument("--hits", default="0:1:0.025", help="START:STOP:STEP or a comma list")
+    tub.add_argument("--context", type=int, default=65536, help="prompt tokens of every request")
+    tub.add_argument("--output", type=int, default=16, help="output tokens of every request")
+    tub.add_argument("--rate", type=float, default=20.0,
+                     help="Poisson arrivals per second (the default saturates the prefill pool "
+                     "of the paper scenario, so throughput is its capacity)")
+    tub.add_argument("--requests", type=int, default=200)
+    tub.add_argument("--block", type=int, default=64, help="prefix-cache block, tokens")
+    tub.add_argument("--policy", action="append", choices=("packed", "alone"),
+                     help="chunk packing policies to draw (default both)")
+    tub.add_argument("--seed", type=int)
+    tub.add_argument("--plot", metavar="FILE.png")
+    tub.add_argument("--json", action="store_true",
+                     help='{"points": [{policy, hit_rate, goodput_rps, throughput_rps, '
+                     'ttft_p50_s, measured_hit_rate}, ...]}')
+    tub.add_argument("--quiet", action="store_true")
+    tub.set_defaults(func=cmd_bathtub)
 
     rep = sub.add_parser("report", help="one self-contained HTML page from `run --out` or "
                          "`compare --out` output")

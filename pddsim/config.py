@@ -94,6 +94,9 @@ class Batching(Strict):
     max_batch: int = Field(256, ge=1, description="requests in one iteration at most")
     kv_block_tokens: int = Field(16, ge=1, description="paged-KV block size")
     memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM the server may use")
+    chunk_packing: Literal["packed", "alone"] = Field(
+        "packed", description="packed: one iteration computes prefill chunks of several requests "
+        "up to the token budget; alone: of one request only, so a short tail chunk runs by itself")
 
 
 class PrefixCacheConfig(Strict):

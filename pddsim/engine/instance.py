@@ -42,6 +42,7 @@ class Instance:
         self.block = batching.kv_block_tokens
         self.token_budget = batching.token_budget
         self.chunk = batching.prefill_chunk
+        self.pack_chunks = batching.chunk_packing == "packed"
         self.max_batch = batching.max_batch
         self.cache = cache
         self.hooks = hooks                    # the pipeline: prefill_done / finished / failed
@@ -269,7 +270,7 @@ class Instance:
             chunks = []
             tokens, pairs, kv_read = n, ctx, ctx
             for req in self.prefilling:
-                if budget <= 0:
+                if budget <= 0 or (chunks and not self.pack_chunks):
                     break
                 c = min(req.prefill_left, self.chunk, budget)
                 chunks.append((req, c))
