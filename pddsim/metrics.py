@@ -17,6 +17,7 @@ FLOAT_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "itl_max_s", "e2e_s", "finish_
                  "wan_bytes_no_drc", "rdma_bytes", "handoff_stall_s")
 STAGE_COLUMNS = tuple(f"stage_{s}_s" for s in STAGES)         # share of the E2E latency
 TTFT_STAGE_COLUMNS = tuple(f"ttft_{s}_s" for s in STAGES)     # share of the TTFT
+NO_STAGES = (0.0,) * len(STAGES)                               # the TTFT of a request with no token
 INT_COLUMNS = ("request", "session", "input_tokens", "output_tokens", "tokens_out", "hit_tokens",
                "hit_tokens_decode", "handoffs", "handoff_tail_tokens", "relay_tokens", "follows")
 
@@ -25,9 +26,8 @@ class Recorder:
     """Collects one row per ended request."""
 
     def __init__(self):
-        self.floats = {c: array("d") for c in FLOAT_COLUMNS + STAGE_COLUMNS + TTFT_STAGE_COLUMNS}
-        self._stage_arrays = [self.floats[c] for c in STAGE_COLUMNS]
-        self._ttft_stage_arrays = [self.floats[c] for c in TTFT_STAGE_COLUMNS]
+        self.floats = {c: array("d") for c in FLOAT_COLUMNS}
+        self.stage_values = array("d")     # per request: its E2E stages, then its TTFT stages
         self.ints = {c: array("q") for c in INT_COLUMNS}
         self.pipeline = array("b")
         self.failure = array("q")
@@ -51,10 +51,8 @@ class Recorder:
         f["wan_bytes_no_drc"].append(req.wan_bytes_no_drc)
         f["rdma_bytes"].append(req.rdma_bytes)
         f["handoff_stall_s"].append(req.handoff_stall_s)
-        stages, ttft = req.stages, req.ttft_stages or {}
-        for name, col, ttft_col in zip(STAGES, self._stage_arrays, self._ttft_stage_arrays):
-            col.append(stages.get(name, 0.0))
-            ttft_col.append(ttft.get(name, 0.0))
+        self.stage_values.extend(req.stages)
+        self.stage_values.extend(req.ttft_stages or NO_STAGES)
         i["request"].append(req.idx)
         i["session"].append(req.trace.session_id)
         i["input_tokens"].append(req.input_tokens)
@@ -70,8 +68,11 @@ class Recorder:
         self.failure.append(self._failures.setdefault(req.failed or "", len(self._failures)))
 
     def frame(self, slo) -> pd.DataFrame:
+        stages = np.frombuffer(self.stage_values, dtype=np.float64).reshape(
+            -1, len(STAGE_COLUMNS) + len(TTFT_STAGE_COLUMNS))
         df = pd.DataFrame({**{c: np.frombuffer(a, dtype=np.float64) for c, a in self.floats.items()},
-                           **{c: np.frombuffer(a, dtype=np.int64) for c, a in self.ints.items()}})
+                           **{c: np.frombuffer(a, dtype=np.int64) for c, a in self.ints.items()},
+                           **dict(zip(STAGE_COLUMNS + TTFT_STAGE_COLUMNS, stages.T))})
         df["pipeline"] = pd.Categorical.from_codes(np.frombuffer(self.pipeline, dtype=np.int8),
                                                    categories=[str(p) for p in self._pipelines])
         df["failure"] = np.array(list(self._failures), dtype=object)[

@@ -43,6 +43,7 @@ STAGES = (
     "decode",          # decoding on the instance that streams last (D, MD or colocated)
     "recompute",       # preempted for memory: re-queued and recomputing its context
 )
+STAGE_INDEX = {name: i for i, name in enumerate(STAGES)}
 
 
 class Request:
@@ -101,27 +102,30 @@ class Request:
         self.state = None
         self.stage = "prefill_queue"
         self.stage_s = arrival_s
-        self.stages: dict[str, float] = {}
-        self.ttft_stages: dict[str, float] | None = None
+        self.stages = [0.0] * len(STAGES)     # seconds per stage, in STAGES order
+        self.ttft_stages: list[float] | None = None
         self.log = [("prefill_queue", arrival_s)] if log else None
 
     def enter(self, stage: str, now: float) -> None:
         """The stream's path moves on to `stage` at `now`."""
         if stage == self.stage:
             return
-        self.stages[self.stage] = self.stages.get(self.stage, 0.0) + now - self.stage_s
+        self.stages[STAGE_INDEX[self.stage]] += now - self.stage_s
         self.stage, self.stage_s = stage, now
         if self.log is not None:
             self.log.append((stage, now))
 
     def close_stages(self, now: float) -> None:
         """The request has ended: account its last stage."""
-        self.enter("", now)
+        self.stages[STAGE_INDEX[self.stage]] += now - self.stage_s
+        self.stage_s = now
+        if self.log is not None:
+            self.log.append(("", now))
 
     def _first_token(self, now: float) -> None:
         self.first_token_s = now
-        frozen = dict(self.stages)
-        frozen[self.stage] = frozen.get(self.stage, 0.0) + now - self.stage_s
+        frozen = self.stages.copy()
+        frozen[STAGE_INDEX[self.stage]] += now - self.stage_s
         self.ttft_stages = frozen
 
     def emit(self, now: float, n: int = 1) -> None:
