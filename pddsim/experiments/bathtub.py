@@ -100,20 +100,24 @@ def bathtub(cfg: Config, hits: list[float], stream: Stream = Stream(),
 
 
 def plot(points: list[dict], path: str, title: str) -> None:
+    """Requests per second (throughput and goodput) and computed prompt tokens per second, each
+    against the hit rate, one line per policy."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    fig = Figure(figsize=(7, 3.6))
+    fig = Figure(figsize=(11, 3.8))
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    rps, tokens = fig.subplots(1, 2)
     for policy in dict.fromkeys(p["policy"] for p in points):
         mine = [p for p in points if p["policy"] == policy]
-        ax.plot([100 * p["hit_rate"] for p in mine], [p["throughput_rps"] for p in mine],
-                marker=".", label=f"{policy}: throughput")
-        ax.plot([100 * p["hit_rate"] for p in mine], [p["goodput_rps"] for p in mine],
-                linestyle=":", label=f"{policy}: goodput")
-    ax.set_xlabel("prefix hit rate (%)")
-    ax.set_ylabel("requests/s")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+        hits = [100 * p["hit_rate"] for p in mine]
+        rps.plot(hits, [p["throughput_rps"] for p in mine], marker=".", label=f"{policy}: throughput")
+        rps.plot(hits, [p["goodput_rps"] for p in mine], linestyle=":", label=f"{policy}: goodput")
+        tokens.plot(hits, [p["computed_tokens_per_s"] for p in mine], marker=".", label=policy)
+    rps.set_ylabel("requests/s")
+    tokens.set_ylabel("uncached prompt tokens computed/s")
+    for ax in (rps, tokens):
+        ax.set_xlabel("prefix hit rate (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle(title)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
