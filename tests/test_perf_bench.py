@@ -2,11 +2,13 @@
 import json
 
 import pytest
+import simpy
 
-from helpers import assert_input_error
+from helpers import assert_input_error, config, linear_table
 from pddsim import catalog, cli
-from pddsim.config import DEFAULT_ENGINE, Perf
-from pddsim.engine.perf import Roofline
+from pddsim.config import DEFAULT_ENGINE, Perf, from_dict
+from pddsim.engine.perf import MeasuredTable, Roofline
+from pddsim.system.deployment import build
 from pddsim.experiments.perf_bench import compare, read_measured, roofline_of, summarise
 
 HEADER = "model,gpu,tp,tokens,attn_pairs,kv_tokens,time_ms,source\n"
@@ -80,3 +82,18 @@ def test_bench_perf_cli(tmp_path, capsys):
     bad = measured_file(tmp_path, ["llama-3.1-70b,h100-sxm,8,1,1,1"])
     code = cli.main(["bench", "perf", "--against", str(bad)])
     assert_input_error(code, capsys.readouterr().err, f"{bad}:2")
+
+
+def test_a_cluster_uses_its_own_perf(tmp_path):
+    """A two-cluster deployment: the cluster that carries its own perf gets it, the other the
+    config's."""
+    cfg = config(tmp_path, roles=(("prefill", 1), ("decode", 1)), two_clusters=True, roofline=True,
+                 wan={"bandwidth_gbps": 100})
+    table = linear_table(tmp_path / "b.csv", 0.02, 1e-5)
+    raw = cfg.model_dump()
+    raw["clusters"]["b"]["perf"] = {"kind": "table", "table": str(table)}
+    cfg = from_dict(raw, "t")
+    dep = build(simpy.Environment(), cfg, None, 0)
+    perf = {i.cluster: i.perf for pool in dep.pools.values() for i in pool}
+    assert isinstance(perf["b"], MeasuredTable) and isinstance(perf["a"], Roofline)
+    assert perf["b"].iteration(100, 100 * 50, 0) == pytest.approx(0.02 + 100e-5)

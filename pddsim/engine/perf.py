@@ -50,6 +50,7 @@ class Roofline:
 
     @classmethod
     def from_config(cls, model: ModelSpec, gpu: GpuSpec, tp: int, perf: "Perf") -> "Roofline":
+        """The roofline under a config's `perf`: its profile with its overrides."""
         return cls(model, gpu, tp, perf.engine())
 
     def weights_read_s(self, tokens):

@@ -144,8 +144,8 @@ def _md_iterations(spec: HandoffBenchSpec) -> tuple[float, float]:
     """Roofline time of the MD's decode iteration, alone and with the handed-off sequence's
     tokens in it (priced as the simulator prices an extend chunk: causal attention over the
     sequence's context, its KV read once)."""
-    roofline = Roofline(catalog.model(spec.model), catalog.gpu(spec.md_gpu), spec.md_tp,
-                        spec.perf.engine())
+    roofline = Roofline.from_config(catalog.model(spec.model), catalog.gpu(spec.md_gpu), spec.md_tp,
+                                    spec.perf)
     b, ctx, n = spec.md_batch, spec.md_context, spec.tokens
     decode = roofline.iteration(b, b * ctx, b * ctx, b * ctx)
     extend = roofline.iteration(b + n, b * ctx + n * (ctx + n / 2), (b + 1) * ctx, b * ctx)

@@ -62,12 +62,11 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
         gpu = catalog.gpu(cluster.gpu)
         perf_cfg = cluster.perf or cfg.perf        # a cluster of other GPUs needs its own table
         table = MeasuredTable(cfg.resolve(perf_cfg.table)) if perf_cfg.kind == "table" else None
-        engine = perf_cfg.engine()
         dep.rdma[cname] = make_link(env, f"rdma:{cname}", cluster.rdma, np.random.default_rng([seed, 1, ci]))
         for gi, group in enumerate(cluster.instances):
             where = f"clusters.{cname}.instances.{gi}"
             capacity = kv_capacity_tokens(cfg, model, gpu, group.tp, where)
-            perf = table or Roofline(model, gpu, group.tp, engine)
+            perf = table or Roofline.from_config(model, gpu, group.tp, perf_cfg)
             cache_tokens = {"prefill": cfg.prefix_cache.prefill_tokens,
                             "colocated": cfg.prefix_cache.prefill_tokens,
                             "decode": cfg.prefix_cache.decode_tokens}.get(group.role, 0)
