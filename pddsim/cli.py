@@ -73,7 +73,8 @@ def cmd_run(args) -> int:
     cfg = _config(args)
     workload = load_workload(cfg)
     with _progress(len(workload), args.quiet) as bar:
-        result = simulate(cfg, workload, args.seed, on_progress=bar.update)
+        result = simulate(cfg, workload, args.seed, on_progress=bar.update,
+                          check_invariants=args.check_invariants)
     if args.out:
         result.write(args.out, args.out_format)
     if args.timeline:
@@ -297,6 +298,8 @@ def parser() -> Parser:
     run.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--by-bucket", action="store_true", help="TTFT per prefix-hit-rate bucket")
+    run.add_argument("--check-invariants", action="store_true",
+                     help="check the engine's rules after every event (slower; exit 1 if one breaks)")
     run.set_defaults(func=cmd_run)
 
     cmp_ = sub.add_parser("compare", help="several systems on one workload, side by side "

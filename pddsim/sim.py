@@ -18,6 +18,7 @@ import simpy
 from pddsim.config import Config
 from pddsim.cost import cost_per_hour, revenue_summary
 from pddsim.system.deployment import build
+from pddsim.engine.invariants import CheckedEnvironment, Invariants
 from pddsim.errors import InputError, InvariantError
 from pddsim.metrics import Recorder, summarize
 from pddsim.system.pdd import PDD
@@ -91,12 +92,15 @@ def load_workload(cfg: Config) -> Workload:
 
 
 def simulate(cfg: Config, workload: Workload, seed: int | None = None,
-             on_progress: Callable[[int], None] | None = None) -> Result:
+             on_progress: Callable[[int], None] | None = None,
+             check_invariants: bool = False) -> Result:
     """Run `workload` through the deployment `cfg` describes. `on_progress(n)` is told as each
-    request ends (for a progress bar); it cannot change the run."""
+    request ends (for a progress bar); it cannot change the run. `check_invariants` checks the
+    engine's rules after every event (see `engine/invariants.py`): slower, same results."""
     wall0 = time.perf_counter()
     seed = cfg.seed if seed is None else seed
-    env = simpy.Environment()
+    env = CheckedEnvironment() if check_invariants else simpy.Environment()
+    checks: Invariants | None = None
     recorder = Recorder()
     routers = {pool: make_router(getattr(cfg.policies, f"{pool}_router"))
                for pool in ("prefill", "decode", "relay")}
@@ -107,6 +111,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     def on_end(req: Request) -> None:
         if in_flight.pop(req.idx, None) is not req:
             raise InvariantError(f"request {req.idx} ended twice (or something else ended in its name)")
+        if checks is not None:
+            checks.request_ended(req)
         recorder.record(req)
         if timeline is not None:
             timeline.request(req)
@@ -118,6 +124,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     pipeline.dep = build(env, cfg, pipeline, seed)
     reqs = workload.requests
     all_instances = [i for pool in pipeline.dep.pools.values() for i in pool]
+    if check_invariants:
+        checks = Invariants(env, all_instances, pipeline.dep.links)
     if timeline is not None:
         pipeline.tracer = timeline
         for inst in all_instances:
@@ -135,6 +143,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     replay = Replay(env, workload, cfg.workload, np.random.default_rng([seed, 3]), issue)
     replay.start()
     env.run(until=replay.all_ended)
+    if checks is not None:
+        checks.at_end(in_flight)
     df = recorder.frame(cfg.slo)
     series = sampler.frame() if sampler is not None else Sampler.empty_frame()
     links = {l.name: {"bytes": l.bytes_carried, "busy_s": l.busy_s, "flows": l.flows_started,

@@ -1,0 +1,96 @@
+"""Opt-in checks of the rules every run must keep (`simulate(..., check_invariants=True)`,
+`pddsim run --check-invariants`). A broken rule raises `InvariantError` at the event that broke it.
+
+Off, none of this runs: the plain SimPy environment is used and no hook is installed, so a normal
+run pays nothing. On, every event is followed by a scan of every instance and link, which makes a
+run several times slower: it is meant for tests and for a scenario that looks wrong.
+"""
+from __future__ import annotations
+
+import simpy
+
+from pddsim.errors import InvariantError
+
+REL = 1e-9     # float slack for byte and rate sums
+
+
+class CheckedEnvironment(simpy.Environment):
+    """A SimPy environment that runs `checks` after every event and refuses a clock that goes back."""
+
+    def __init__(self):
+        super().__init__()
+        self.checks: list = []
+
+    def step(self) -> None:
+        before = self.now
+        super().step()
+        if self.now < before:
+            raise InvariantError(f"the clock went back from {before} s to {self.now} s")
+        for check in self.checks:
+            check()
+
+
+class Invariants:
+    """The rules, checked over a built deployment's `instances` and `links` in `env`."""
+
+    def __init__(self, env: CheckedEnvironment, instances: list, links: list):
+        self.env = env
+        self.instances = instances
+        self.links = links
+        self.flows: dict[str, list] = {link.name: [] for link in links}
+        for link in links:
+            self._track_flows(link)
+        env.checks.append(self.after_event)
+
+    def _track_flows(self, link) -> None:
+        send, flows = link.send, self.flows[link.name]
+
+        def tracked_send(*args, **kwargs):
+            flow = send(*args, **kwargs)
+            flows.append(flow)
+            return flow
+        link.send = tracked_send
+
+    def after_event(self) -> None:
+        for inst in self.instances:
+            used = inst.kv_in_use
+            if used > inst.capacity or inst.held < 0:
+                raise InvariantError(f"{inst.name} at {self.env.now} s: KV in use {used} tokens "
+                                     f"(held {inst.held}) outside [0, {inst.capacity}]")
+        for link in self.links:
+            rate, active = link._rate, link._active
+            if active < 0:
+                raise InvariantError(f"{link.name}: {active} flows in flight")
+            if link.flow_cap_Bps is not None and rate > link.flow_cap_Bps * (1 + REL):
+                raise InvariantError(f"{link.name} at {self.env.now} s: a flow gets {rate} B/s, "
+                                     f"over its cap of {link.flow_cap_Bps} B/s")
+            if rate * active > link.capacity_Bps * (1 + REL):
+                raise InvariantError(f"{link.name} at {self.env.now} s: {active} flows at {rate} B/s "
+                                     f"exceed the {link.capacity_Bps} B/s left for them")
+
+    def request_ended(self, req) -> None:
+        if req.failed is None and req.tokens_out != req.output_tokens:
+            raise InvariantError(f"request {req.idx} completed with {req.tokens_out} of "
+                                 f"{req.output_tokens} output tokens")
+        if req.failed is not None and req.tokens_out > req.output_tokens:
+            raise InvariantError(f"request {req.idx} failed after {req.tokens_out} of "
+                                 f"{req.output_tokens} output tokens")
+
+    def at_end(self, in_flight: dict) -> None:
+        """Everything issued has ended, every instance is idle with its KV given back, and every
+        link carried exactly what its flows sent."""
+        if in_flight:
+            raise InvariantError(f"{len(in_flight)} request(s) never ended, e.g. {next(iter(in_flight))}")
+        for inst in self.instances:
+            if inst.kv_in_use or inst.waiting or inst.prefilling:
+                raise InvariantError(f"{inst.name} at the end: {inst.kv_in_use} KV tokens in use, "
+                                     f"{len(inst.waiting)} waiting, {len(inst.prefilling)} prefilling")
+        for link in self.links:
+            flows = self.flows[link.name]
+            unfinished = sum(not f.done for f in flows)
+            if unfinished:
+                raise InvariantError(f"{link.name} at the end: {unfinished} flow(s) still in flight")
+            sent = sum(f.sent for f in flows)
+            if abs(sent - link.bytes_carried) > REL * max(sent, 1.0):
+                raise InvariantError(f"{link.name}: carried {link.bytes_carried} bytes, its flows "
+                                     f"sent {sent}")

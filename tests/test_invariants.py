@@ -1,0 +1,105 @@
+"""--check-invariants: the bundled scenarios keep every rule, checking changes no result, and each
+check fires when its rule is broken on purpose."""
+import heapq
+
+import pytest
+
+from helpers import config, workload
+from pddsim.config import bundled, load_config
+from pddsim.engine.invariants import CheckedEnvironment, Invariants
+from pddsim.engine.network import Link
+from pddsim.errors import InvariantError
+from pddsim.sim import load_workload, simulate
+
+SCENARIOS = ["colocated.yaml", "same_dc_pd.yaml", "cross_dc_pd.yaml", "pdd.yaml",
+             "paper/same_dc_pd.yaml", "paper/cross_dc_pd.yaml", "paper/pdd.yaml"]
+
+
+def small(name):
+    sets = ["workload.synthetic.knobs.sessions=8"] if name.startswith("paper/") else ["workload.limit=150"]
+    return load_config(bundled(name), sets)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_bundled_scenarios_keep_every_rule_and_checking_changes_nothing(name):
+    cfg = small(name)
+    w = load_workload(cfg)
+    checked, plain = simulate(cfg, w, check_invariants=True), simulate(cfg, w)
+    drop = lambda s: {k: v for k, v in s.items() if k != "wall_s"}   # noqa: E731
+    assert drop(checked.summary) == drop(plain.summary)
+    assert checked.requests.equals(plain.requests)
+
+
+PD = (("prefill", 1), ("decode", 1))
+
+
+def test_a_completed_request_short_of_tokens_is_caught(tmp_path, monkeypatch):
+    from pddsim.engine.request import Request
+    emit_run = Request.emit_run
+    monkeypatch.setattr(Request, "emit_run", lambda self, now, n, gap: emit_run(self, now, n - 1, gap))
+    with pytest.raises(InvariantError, match="completed with"):
+        simulate(config(tmp_path, roles=PD), workload((0.0, 1000, 50)), check_invariants=True)
+
+
+def test_kv_never_given_back_is_caught(tmp_path, monkeypatch):
+    from pddsim.engine.instance import Instance
+    monkeypatch.setattr(Instance, "release", lambda self, req: None)   # the P keeps shipped KV
+    with pytest.raises(InvariantError, match=r"prefill0 at the end: 10\d\d KV tokens in use"):
+        simulate(config(tmp_path, roles=PD), workload((0.0, 1000, 50)), check_invariants=True)
+
+
+def test_kv_over_capacity_is_caught(tmp_path, monkeypatch):
+    from pddsim.system.pipelines import Disaggregated
+    done = Disaggregated.prefill_done
+
+    def shrink_then_ship(self, req, p):
+        p.capacity = 512                          # memory shrinks under the prompt it holds
+        done(self, req, p)
+    monkeypatch.setattr(Disaggregated, "prefill_done", shrink_then_ship)
+    with pytest.raises(InvariantError, match=r"prefill0 at .* KV in use 10\d\d tokens"):
+        simulate(config(tmp_path, roles=PD), workload((0.0, 1000, 50)), check_invariants=True)
+
+
+def test_a_flow_over_its_cap_and_rates_over_capacity_are_caught():
+    env = CheckedEnvironment()
+    link = Link(env, "wan", 100.0, 0.0, flow_cap_Bps=60.0)
+    Invariants(env, [], [link])
+    link.send(1000, lambda: None)
+    env.run(until=1)
+    link.flow_cap_Bps = 10.0                      # the rate it was given now exceeds the cap
+    env.timeout(0.5)                              # an event after which the checks run
+    with pytest.raises(InvariantError, match="over its cap"):
+        env.run(until=2)
+    link.flow_cap_Bps = None
+    link.capacity_Bps = 30.0                      # less capacity than the rate handed out
+    env.timeout(0.5)
+    with pytest.raises(InvariantError, match="exceed the 30.0 B/s"):
+        env.run(until=3)
+
+
+def test_a_link_carrying_other_than_its_flows_sent_is_caught():
+    env = CheckedEnvironment()
+    link = Link(env, "rdma:a", 100.0, 0.0)
+    checks = Invariants(env, [], [link])
+    link.send(50, lambda: None)
+    env.run()
+    checks.at_end({})
+    link.bytes_carried += 1
+    with pytest.raises(InvariantError, match="carried 51.0 bytes, its flows sent 50.0"):
+        checks.at_end({})
+
+
+def test_the_clock_going_back_is_caught():
+    env = CheckedEnvironment()
+    env.run(until=5)
+    event = env.event()
+    event._ok, event._value = True, None
+    heapq.heappush(env._queue, (1.0, 1, 10**9, event))
+    with pytest.raises(InvariantError, match="clock went back from 5"):
+        env.step()
+
+
+def test_cli_flag(capsys):
+    from pddsim.cli import main
+    assert main(["run", str(bundled("pdd.yaml")), "--set", "workload.limit=50", "--check-invariants",
+                 "--quiet", "--json"]) == 0
