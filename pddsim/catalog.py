@@ -5,18 +5,15 @@ from functools import cache
 from importlib import resources
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from pddsim.errors import InputError
+from pddsim.schema import M, Strict
 
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class GpuSpec(Strict):
+class GpuSpec(Strict, frozen=True):
     """The four dimensions that decide which phase a chip suits, plus its NIC and price."""
 
     name: str
@@ -32,7 +29,7 @@ class GpuSpec(Strict):
     price_per_hour: float = Field(gt=0, description="USD per GPU-hour")
 
 
-class ModelSpec(Strict):
+class ModelSpec(Strict, frozen=True):
     """What the performance model needs of an LLM."""
 
     name: str
@@ -78,7 +75,7 @@ class ModelSpec(Strict):
         return (self.active_params_b - self.shared_params_b) / (self.params_b - self.shared_params_b)
 
 
-class EngineProfile(Strict):
+class EngineProfile(Strict, frozen=True):
     """How close a serving engine gets to the hardware, per operation, and what it adds per
     iteration (data/engines.yaml says where each default comes from)."""
 
@@ -93,7 +90,7 @@ class EngineProfile(Strict):
     allreduce_step_us: float = Field(ge=0, description="latency of one ring step (n GPUs: 2(n-1))")
 
 
-def _load(filename: str, spec: type[Strict]) -> dict[str, Strict]:
+def _load(filename: str, spec: type[M]) -> dict[str, M]:
     raw = yaml.safe_load(resources.files("pddsim").joinpath("data", filename).read_text())
     return {name: spec(name=name, **fields) for name, fields in raw.items()}
 

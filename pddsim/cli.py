@@ -7,13 +7,13 @@ status 1 (`--debug`: the traceback).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import traceback
 from pathlib import Path
 
-from pddsim.config import bundled
+from pddsim.config import AgentSpec, bundled
+from pddsim.schema import validated
 from pddsim.errors import InputError
 
 DEFAULT_CONFIG = bundled("same_dc_pd.yaml")
@@ -187,8 +187,8 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from pddsim.experiments.golden import check, format_rows
-    rows = check(Path(args.golden), update=args.update)
+    from pddsim.experiments.golden import check_golden, format_rows
+    rows = check_golden(Path(args.golden), update=args.update)
     print(format_rows(rows))
     moved = [r for r in rows if not r["ok"]]
     if moved and not args.update:
@@ -233,9 +233,9 @@ def cmd_perf_import(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from pddsim.system.deployment import check
+    from pddsim.system.deployment import check_fits
     cfg = _config(args)
-    check(cfg)
+    check_fits(cfg)
     print(f"{args.config}: ok ({cfg.name})")
     return 0
 
@@ -249,9 +249,9 @@ def cmd_schema(args) -> int:
 def cmd_trace_gen(args) -> int:
     from pddsim.workload import synthetic
     from pddsim.workload.readers import write_mooncake, write_native
-    knobs = {f.name: getattr(args, f.name) for f in dataclasses.fields(synthetic.AgentSpec)
-             if getattr(args, f.name) is not None}
-    workload = synthetic.agent_workload(synthetic.AgentSpec(**knobs), seed=args.seed)
+    knobs = {name: getattr(args, name) for name in AgentSpec.model_fields
+             if getattr(args, name) is not None}
+    workload = synthetic.agent_workload(validated(AgentSpec, knobs, "trace gen"), seed=args.seed)
     (write_native if args.format == "native" else write_mooncake)(workload, args.out)
     print(f"{args.out}: {len(workload)} requests, {workload.sessions} sessions", file=sys.stderr)
     return 0
@@ -278,7 +278,6 @@ def _add_config_args(p, *, trace=True):
 
 
 def parser() -> Parser:
-    from pddsim.workload.synthetic import AgentSpec
     top = Parser(prog="pddsim", description="Simulate cross-datacenter PD / PDD LLM serving.")
     sub = top.add_subparsers(dest="command", required=True, parser_class=Parser)
 
@@ -414,9 +413,9 @@ def parser() -> Parser:
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--format", choices=("native", "mooncake"), default="native",
                      help="native keeps sessions for closed-loop replay; mooncake is open-loop")
-    for f in dataclasses.fields(AgentSpec):
-        gen.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=_knob_type(f.type),
-                         help=f"{f.metadata['help']} (default {f.default})")
+    for name, f in AgentSpec.model_fields.items():
+        gen.add_argument(f"--{name.replace('_', '-')}", dest=name, type=f.annotation,
+                         help=f"{f.description} (default {f.default!r})")
     gen.set_defaults(func=cmd_trace_gen)
 
     stats = tsub.add_parser("stats", help="lengths, arrival rate and prefix-hit buckets of a trace")
@@ -431,10 +430,6 @@ def parser() -> Parser:
     stats.add_argument("--json", action="store_true")
     stats.set_defaults(func=cmd_trace_stats)
     return top
-
-
-def _knob_type(name: str):
-    return {"int": int, "float": float, "str": str}[name]
 
 
 def main(argv: list[str] | None = None) -> int:

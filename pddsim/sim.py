@@ -31,6 +31,8 @@ from pddsim.timeline import Timeline
 from pddsim.timeseries import (Sampler, default_period_s, instance_utilization, link_utilization,
                                utilization_summary, windows)
 from pddsim.workload.model import Workload
+from pddsim.workload.readers import read_workload
+from pddsim.workload.synthetic import generate
 
 
 @dataclass
@@ -76,19 +78,11 @@ def make_pipeline(env, cfg: Config, routers, on_end, seed: int):
 
 def load_workload(cfg: Config) -> Workload:
     """The workload a config names: a trace file or a seeded synthetic generator."""
-    from pddsim.workload import synthetic
     w = cfg.workload
-    if w.trace is not None:
-        from pddsim.workload.readers import read_workload
-        return read_workload(cfg.resolve(w.trace), w.format, limit=w.limit,
-                             shared_prefix=w.shared_prefix, max_tokens=w.max_tokens)
-    knobs = dict(w.synthetic.knobs)
-    try:
-        if w.synthetic.kind == "poisson":
-            return synthetic.poisson_workload(**knobs, seed=cfg.seed)
-        return synthetic.agent_workload(synthetic.AgentSpec(**knobs), seed=cfg.seed)
-    except TypeError as e:
-        raise InputError(f"workload.synthetic.knobs: {e}") from None
+    if w.synthetic is not None:
+        return generate(w.synthetic, seed=cfg.seed)
+    return read_workload(cfg.resolve(w.trace), w.format, limit=w.limit,
+                         shared_prefix=w.shared_prefix, max_tokens=w.max_tokens)
 
 
 def simulate(cfg: Config, workload: Workload, seed: int | None = None,

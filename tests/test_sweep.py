@@ -62,7 +62,7 @@ def test_one_workload_unless_the_grid_varies_it(tiny, monkeypatch):
     calls = []
 
     def counting(cfg):
-        calls.append(cfg.workload.synthetic.knobs["n_requests"])
+        calls.append(cfg.workload.synthetic.knobs.n_requests)
         return load(cfg)
 
     load = sweep_module.load_workload

@@ -1,11 +1,15 @@
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
+import yaml
 
+from pddsim.config import from_dict
 from pddsim.errors import InputError
 from pddsim.workload.synthetic import AgentSpec, agent_workload, poisson_workload
 from pddsim.workload.stats import BUCKETS, trace_stats
 
+ROOT = Path(__file__).resolve().parents[1]
 SMALL = AgentSpec(sessions=40)
 HIGH_HIT = ("[95,99)", "[99,100]")
 LOW_HIT = BUCKETS[:3]
@@ -103,11 +107,28 @@ def test_drift_moves_the_low_hit_share_over_time():
 
 @pytest.mark.parametrize("knobs", [{"sessions": 0}, {"reset_prob": 1.5}, {"sessions": 2.5},
                                    {"drift": "0:1,1"}, {"drift": "1:1,0:2"}, {"drift": "x"}])
-def test_bad_knobs_are_input_errors(knobs):
-    with pytest.raises(InputError):
-        AgentSpec(**knobs)
+def test_bad_knobs_are_input_errors_naming_the_knob(knobs):
+    name, = knobs
+    raw = {"kind": "agent", "knobs": knobs}
+    with pytest.raises(InputError, match=f"workload.synthetic.agent.knobs.{name}"):
+        from_dict(_with_synthetic(raw), "test")
 
 
 def test_poisson_rejects_a_prefix_longer_than_the_mean_input():
-    with pytest.raises(InputError):
-        poisson_workload(10, 1.0, 1000, 100, shared_prefix_tokens=2000, seed=0)
+    raw = {"knobs": {"n_requests": 10, "rate_rps": 1.0, "input_mean": 1000, "output_mean": 100,
+                     "shared_prefix_tokens": 2000}}     # kind poisson by default
+    with pytest.raises(InputError, match="workload.synthetic.poisson.knobs: .*shared_prefix_tokens"):
+        from_dict(_with_synthetic(raw), "test")
+
+
+def test_unknown_knob_is_named_at_load():
+    raw = {"kind": "poisson", "knobs": {"n_requests": 10, "rate_rps": 1.0, "input_mean": 1000,
+                                        "output_mean": 100, "nope": 1}}
+    with pytest.raises(InputError, match="workload.synthetic.poisson.knobs.nope: Extra inputs"):
+        from_dict(_with_synthetic(raw), "test")
+
+
+def _with_synthetic(synthetic: dict) -> dict:
+    cfg = yaml.safe_load((ROOT / "configs" / "same_dc_pd.yaml").read_text())
+    cfg["workload"] = {"synthetic": synthetic}
+    return cfg

@@ -14,15 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from pddsim.config import load_config
+from pddsim.schema import Strict, load_model
 from pddsim.errors import InputError
 from pddsim.sim import load_workload, simulate
 
 
-class Pin(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Pin(Strict):
     value: float | None
     rel: float | None = Field(None, ge=0)
     abs: float | None = Field(None, ge=0)
@@ -40,37 +40,22 @@ class Pin(BaseModel):
         return abs(got - self.value) <= slack
 
 
-class Scenario(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Scenario(Strict):
     config: str
     set: list[str] = []
     seed: int | None = None
     pins: dict[str, Pin] = Field(min_length=1)
 
 
-class Golden(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Golden(Strict):
     scenarios: list[Scenario] = Field(min_length=1)
 
 
-def load_golden(path: Path) -> Golden:
-    try:
-        return Golden.model_validate(yaml.safe_load(path.read_text()))
-    except OSError as e:
-        raise InputError(f"{path}: cannot read golden file ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise InputError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise InputError(f"{path}: {loc}: {first['msg']}") from None
-
-
-def check(path: Path, *, update: bool = False) -> list[dict]:
+def check_golden(path: Path, *, update: bool = False) -> list[dict]:
     """Re-run every scenario; one row per pinned figure with what it is now and whether it holds.
     With `update`, rewrite the file with the values of now (tolerances kept): for re-pinning after
     an intended change."""
-    golden = load_golden(path)
+    golden = load_model(Golden, path, "golden file")
     rows = []
     for sc in golden.scenarios:
         cfg = load_config(path.parent / sc.config, sc.set)

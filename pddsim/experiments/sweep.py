@@ -22,7 +22,7 @@ import yaml
 
 from pddsim.experiments.compare import ROWS, format_cell, compare
 from pddsim.config import Config, load_config
-from pddsim.system.deployment import check
+from pddsim.system.deployment import check_fits
 from pddsim.errors import InputError
 from pddsim.sim import load_workload
 from pddsim.workload.model import Workload
@@ -68,7 +68,7 @@ def _point_config(base_path, overrides, point: dict[str, Any], n: int) -> Config
     try:
         # a copy: points share value objects, and a nested grid key would write into them
         cfg = load_config(base_path, overrides, copy.deepcopy(point))
-        check(cfg)
+        check_fits(cfg)
     except InputError as e:
         raise InputError(f"grid point {n} ({_label(point)}): {e}") from None
     return cfg

@@ -81,7 +81,7 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
     return dep
 
 
-def check(cfg: Config) -> None:
+def check_fits(cfg: Config) -> None:
     """Raise InputError if any instance group cannot hold its model with room for KV."""
     model = catalog.model(cfg.model)
     for cname, cluster in cfg.clusters.items():
