@@ -14,6 +14,7 @@ import pandas as pd
 import simpy
 
 from pddsim.config import Config
+from pddsim.intmath import ceil_div
 from pddsim.system.deployment import Deployment, build
 from pddsim.errors import InputError
 from pddsim.workload.model import Workload
@@ -113,7 +114,7 @@ def _route_s(dep: Deployment, front, back, step: int, requests: pd.DataFrame) ->
 def _prefill_s(perf, context: np.ndarray, todo: np.ndarray, step: int) -> np.ndarray:
     """`todo` prompt tokens over `context` cached ones, in chunks of `step` tokens, one iteration
     each; a chunk attends to the context so far and to itself, as the instance costs it."""
-    chunks = -(-todo // step)
+    chunks = ceil_div(todo, step)
     owner = np.repeat(np.arange(len(todo)), chunks)
     done = (np.arange(len(owner)) - (np.cumsum(chunks) - chunks)[owner]) * step
     tokens = np.minimum(step, todo[owner] - done)

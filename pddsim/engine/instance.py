@@ -24,6 +24,7 @@ import simpy
 
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.engine.request import Request
+from pddsim.intmath import ceil_div
 
 
 QUEUE_STAGE = {"prefill": "prefill_queue", "colocated": "prefill_queue", "relay": "relay_queue",
@@ -203,7 +204,7 @@ class Instance:
             req = self.waiting[0]
             if req.pinned_blocks == -1:
                 self._lookup_prefix(req)
-            need = -(-(req.context + req.prefill_left) // self.block) * self.block
+            need = ceil_div(req.context + req.prefill_left, self.block) * self.block
             running = len(self.prefilling) + len(self._decoders)
             if need > self.capacity:          # can never fit
                 self._dequeue()

@@ -34,6 +34,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from pddsim.errors import InputError
+from pddsim.intmath import ceil_div
 from pddsim.workload.model import TraceRequest, Workload
 
 FORMATS = ("auto", "mooncake", "azure", "native", "agent")
@@ -114,7 +115,7 @@ def _reblock(r: TraceRequest, block_tokens: int) -> tuple[int, ...]:
     gets none."""
     per = block_tokens // r.block_tokens
     ids = r.hash_ids[per - 1::per]
-    small_blocks = -(-r.input_tokens // r.block_tokens)
+    small_blocks = ceil_div(r.input_tokens, r.block_tokens)
     if len(r.hash_ids) == small_blocks and small_blocks % per:
         ids += r.hash_ids[-1:]
     return ids
@@ -167,7 +168,7 @@ def _request(where: str, repairs: Counter, hashes_required: bool = True, **kw) -
     if r.input_tokens < 1:
         raise InputError(f"{where}: input of 0 tokens")
     if r.hash_ids or hashes_required:
-        blocks = -(-r.input_tokens // r.block_tokens)
+        blocks = ceil_div(r.input_tokens, r.block_tokens)
         if not blocks - 1 <= len(r.hash_ids) <= blocks:
             raise InputError(f"{where}: {len(r.hash_ids)} hash ids for {r.input_tokens} input tokens in "
                              f"blocks of {r.block_tokens} (expected {blocks}, or {blocks - 1} when the last "
@@ -183,7 +184,7 @@ def _clip(r: TraceRequest, max_tokens: int) -> TraceRequest:
     if r.input_tokens + r.output_tokens <= max_tokens:
         return r
     input_tokens = max(1, max_tokens - r.output_tokens)
-    blocks = -(-input_tokens // r.block_tokens)
+    blocks = ceil_div(input_tokens, r.block_tokens)
     return replace(r, input_tokens=input_tokens, output_tokens=max_tokens - input_tokens,
                    hash_ids=r.hash_ids[:blocks])
 

@@ -14,6 +14,7 @@ from typing import Iterator
 import numpy as np
 
 from pddsim.config import AgentSpec, AgentSynthetic, PoissonSpec, Synthetic, parse_drift
+from pddsim.intmath import ceil_div
 from pddsim.workload.model import TraceRequest, Workload
 
 
@@ -27,14 +28,10 @@ def _tokens(samples: np.ndarray) -> np.ndarray:
     return np.maximum(np.rint(samples), 1).astype(np.int64)
 
 
-def _blocks(tokens: int, block_tokens: int) -> int:
-    return -(-tokens // block_tokens)
-
-
 def _chain(shared: tuple[int, ...], input_tokens: int, block_tokens: int,
            new_ids: Iterator[int]) -> tuple[int, ...]:
     """A request's prefix-hash chain: the shared prefix, then fresh ids for the other blocks."""
-    return shared + tuple(islice(new_ids, _blocks(input_tokens, block_tokens) - len(shared)))
+    return shared + tuple(islice(new_ids, ceil_div(input_tokens, block_tokens) - len(shared)))
 
 
 def poisson_workload(n_requests: int, rate_rps: float, input_mean: float, output_mean: float,
