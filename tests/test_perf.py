@@ -1,4 +1,6 @@
 """Performance models on hand-computed cases."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -203,3 +205,17 @@ def test_measured_table_rejects_a_ragged_grid(tmp_path):
                                             "decode,1,0,0.1"])
     with pytest.raises(InputError, match="prefill rows must be a full grid.*tokens=2 context=5"):
         MeasuredTable(path)
+
+
+def test_roofline_from_config_applies_the_config_overrides_to_its_profile():
+    from pddsim import catalog
+    from pddsim.config import Perf
+    from pddsim.engine.perf import Roofline
+    model, gpu = catalog.model("llama-3.1-70b"), catalog.gpu("h100-sxm")
+    perf = Perf(memory=0.5, overhead_ms=3)
+    engine = catalog.engine(perf.profile).model_copy(update={"memory": 0.5, "overhead_ms": 3})
+    direct = Roofline(model, gpu, 8, engine)
+    built = Roofline.from_config(model, gpu, 8, perf)
+    default = Roofline.from_config(model, gpu, 8, Perf())
+    for args in ((1, 1000, 1000), (4096, 4096 * 2048, 8192)):
+        assert built.iteration(*args) == direct.iteration(*args) != default.iteration(*args)

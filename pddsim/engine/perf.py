@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -21,6 +21,25 @@ if TYPE_CHECKING:
     from pddsim.config import Perf
 
 ACT_BYTES = 2.0  # activations travel in BF16 in the tensor-parallel all-reduces
+
+
+class DecodeRun(Protocol):
+    """k decode iterations of a fixed batch, priced at once: how long the first m take, the longest
+    of them, and how many end by time t."""
+
+    def elapsed(self, m: int) -> float: ...
+    def longest(self, m: int) -> float: ...
+    def cut(self, t: float) -> int: ...
+
+
+class PerfModel(Protocol):
+    """The seam an instance prices its iterations through (`perf.kind` in the config)."""
+
+    def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
+                  decode_pairs: float = 0.0) -> float: ...
+    def iterations(self, tokens: np.ndarray, attn_pairs: np.ndarray, kv_tokens_read: np.ndarray,
+                   decode_pairs: np.ndarray | float = 0.0) -> np.ndarray: ...
+    def decode_run(self, n: int, context: int, k: int) -> DecodeRun: ...
 
 
 class Roofline:
@@ -49,7 +68,8 @@ class Roofline:
         self.fixed_s = engine.overhead_ms / 1e3 + (0.0 if tp == 1 else allreduces * latency_s)
 
     @classmethod
-    def from_config(cls, model: ModelSpec, gpu: GpuSpec, tp: int, perf: "Perf") -> "Roofline":
+    def from_config(cls, model: ModelSpec, gpu: GpuSpec, tp: int, perf: Perf,
+                    base_dir: Path = Path(".")) -> Roofline:
         """The roofline under a config's `perf`: its profile with its overrides."""
         return cls(model, gpu, tp, perf.engine())
 
@@ -99,6 +119,13 @@ class MeasuredTable:
     cell), never clamped. A mixed iteration is priced on the prefill grid at all its tokens and
     all the KV it reads.
     """
+
+    @classmethod
+    def from_config(cls, model: ModelSpec, gpu: GpuSpec, tp: int, perf: Perf,
+                    base_dir: Path = Path(".")) -> MeasuredTable:
+        """The config's table (a path relative to the config); the same times for every GPU."""
+        assert perf.table is not None       # the config requires it for kind 'table'
+        return cls(base_dir / perf.table)
 
     def __init__(self, path: Path):
         self.path = path
@@ -256,3 +283,8 @@ class TabulatedRun:
 
     def cut(self, t: float) -> int:
         return min(int(np.searchsorted(self.cum, t, side="left")) + 1, self.k)
+
+
+# name -> model; the config's Literal is checked against these names (tests/test_registries.py)
+PERF_MODELS: dict[str, type[Roofline] | type[MeasuredTable]] = {
+    "roofline": Roofline, "table": MeasuredTable}

@@ -3,6 +3,7 @@ an RDMA link per cluster and the WAN between clusters. Converts config units to 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -11,7 +12,7 @@ from pddsim.config import Config, LinkConfig
 from pddsim.errors import InputError
 from pddsim.engine.instance import Instance
 from pddsim.engine.network import Link, background_load
-from pddsim.engine.perf import MeasuredTable, Roofline
+from pddsim.engine.perf import PERF_MODELS
 from pddsim.engine.prefix_cache import PrefixCache
 
 GBIT = 1e9 / 8
@@ -61,12 +62,12 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
     for ci, (cname, cluster) in enumerate(cfg.clusters.items()):
         gpu = catalog.gpu(cluster.gpu)
         perf_cfg = cluster.perf or cfg.perf        # a cluster of other GPUs needs its own table
-        table = MeasuredTable(cfg.resolve(perf_cfg.table)) if perf_cfg.kind == "table" else None
         dep.rdma[cname] = make_link(env, f"rdma:{cname}", cluster.rdma, np.random.default_rng([seed, 1, ci]))
         for gi, group in enumerate(cluster.instances):
             where = f"clusters.{cname}.instances.{gi}"
             capacity = kv_capacity_tokens(cfg, model, gpu, group.tp, where)
-            perf = table or Roofline.from_config(model, gpu, group.tp, perf_cfg)
+            perf = PERF_MODELS[perf_cfg.kind].from_config(model, gpu, group.tp, perf_cfg,
+                                                          Path(cfg.base_dir))
             cache_tokens = {"prefill": cfg.prefix_cache.prefill_tokens,
                             "colocated": cfg.prefix_cache.prefill_tokens,
                             "decode": cfg.prefix_cache.decode_tokens}.get(group.role, 0)

@@ -3,7 +3,18 @@ once (one-shot: RLD freed soonest, the MD's one extend step is a visible stall) 
 keeps decoding (catch-up: several small stalls, the RLD works longer)."""
 from __future__ import annotations
 
+from typing import Protocol, Sequence
+
 from pddsim.config import Pdd
+from pddsim.engine.instance import Instance
+
+
+class Handoff(Protocol):
+    """The seam of a handoff mode (`pdd.handoff` in the config): with `backlog` tokens not yet on
+    the MD, hand a part over and keep decoding on the RLD (True), or hand over all and stop?"""
+
+    def __init__(self, cfg: Pdd) -> None: ...
+    def catch_up(self, relay_pool: Sequence[Instance], backlog: int) -> bool: ...
 
 
 class OneShot:
@@ -28,4 +39,5 @@ class Adaptive(OneShot):
         return backlog > self.cfg.catch_up_tokens and used <= self.cfg.adaptive_rld_load * room
 
 
-HANDOFFS = {"one_shot": OneShot, "catch_up": CatchUp, "adaptive": Adaptive}
+# name -> mode; the config's Literal is checked against these names (tests/test_registries.py)
+HANDOFFS: dict[str, type[Handoff]] = {"one_shot": OneShot, "catch_up": CatchUp, "adaptive": Adaptive}

@@ -7,19 +7,29 @@ chosen by name in the config:
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from pddsim.config import Pdd
-from pddsim.engine.request import Route
+from pddsim.engine.network import Link
+from pddsim.engine.request import Request, Route
 
 
-class PathPolicy:
+class PathPolicy(Protocol):
+    """The seam of a path policy (`pdd.path_policy` in the config): the route of a request whose
+    prefill is done, from what the MD lacks (bytes) and the WAN it would cross."""
+
+    def __init__(self, cfg: Pdd, rng: np.random.Generator) -> None: ...
+    def choose(self, req: Request, lacking_bytes: float, wan: Link) -> Route: ...
+
+
+class Filtered:
+    """What the policies share: the predictive anomaly filter."""
+
     def __init__(self, cfg: Pdd, rng: np.random.Generator):
         self.cfg = cfg
         self.rng = rng
-
-    def choose(self, req, lacking_bytes: float, wan) -> Route:
-        raise NotImplementedError
 
     def anomalous(self, req) -> bool:
         """The predictive filter: long input, and an output predicted short."""
@@ -32,7 +42,7 @@ class PathPolicy:
         return predicted <= f.max_output_tokens
 
 
-class WanThreshold(PathPolicy):
+class WanThreshold(Filtered):
     """Relay when the MD's missing KV would take longer than `relay_above_s` to cross at the
     share of the line a new flow gets now: what a real router knows at dispatch."""
 
@@ -43,7 +53,7 @@ class WanThreshold(PathPolicy):
         return Route.P_RLD_MD if slow else Route.P_MD
 
 
-class Oracle(PathPolicy):
+class Oracle(Filtered):
     """An upper bound: knows the true output length and the bandwidth other traffic leaves now,
     finishes on the RLD whatever ends before its KV would reach the MD."""
 
@@ -54,12 +64,12 @@ class Oracle(PathPolicy):
         return Route.P_RLD_MD if wan_s > self.cfg.relay_above_s else Route.P_MD
 
 
-class AlwaysRelay(PathPolicy):
+class AlwaysRelay(Filtered):
     def choose(self, req, lacking_bytes, wan):
         return Route.P_RLD if self.anomalous(req) else Route.P_RLD_MD
 
 
-class NeverRelay(PathPolicy):
+class NeverRelay(Filtered):
     """Cross-datacenter PD with the decode-side cache: no latency hiding."""
 
     def choose(self, req, lacking_bytes, wan):
@@ -73,5 +83,7 @@ class FinishOnRelay(WanThreshold):
         return Route.P_RLD if super().choose(req, lacking_bytes, wan) != Route.P_MD else Route.P_MD
 
 
-PATH_POLICIES = {"wan_threshold": WanThreshold, "oracle": Oracle, "always_relay": AlwaysRelay,
-                 "never_relay": NeverRelay, "finish_on_relay": FinishOnRelay}
+# name -> policy; the config's Literal is checked against these names (tests/test_registries.py)
+PATH_POLICIES: dict[str, type[PathPolicy]] = {
+    "wan_threshold": WanThreshold, "oracle": Oracle, "always_relay": AlwaysRelay,
+    "never_relay": NeverRelay, "finish_on_relay": FinishOnRelay}

@@ -2,6 +2,16 @@
 from __future__ import annotations
 
 from itertools import count
+from typing import Protocol, Sequence
+
+from pddsim.engine.instance import Instance
+from pddsim.engine.request import Request
+
+
+class Router(Protocol):
+    """The seam of a routing policy (`policies.*_router` in the config)."""
+
+    def pick(self, instances: Sequence[Instance], req: Request) -> Instance: ...
 
 
 class CacheAffinity:
@@ -30,9 +40,10 @@ class RoundRobin:
         return instances[next(self._next) % len(instances)]
 
 
-ROUTERS = {"cache_affinity": CacheAffinity, "least_loaded": LeastLoaded, "round_robin": RoundRobin}
+# name -> policy; the config's Literal is checked against these names (tests/test_registries.py)
+ROUTERS: dict[str, type[Router]] = {"cache_affinity": CacheAffinity, "least_loaded": LeastLoaded, "round_robin": RoundRobin}
 
 
-def make_router(name: str):
+def make_router(name: str) -> Router:
     """A fresh router of the named policy (the config validates the name)."""
     return ROUTERS[name]()
