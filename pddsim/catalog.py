@@ -91,7 +91,7 @@ class EngineProfile(Strict, frozen=True):
 
 
 def _load(filename: str, spec: type[M]) -> dict[str, M]:
-    raw = yaml.safe_load(resources.files("pddsim").joinpath("data", filename).read_text())
+    raw = yaml.safe_load((resources.files("pddsim") / "data" / filename).read_text())
     return {name: spec(name=name, **fields) for name, fields in raw.items()}
 
 

@@ -414,7 +414,7 @@ def parser() -> Parser:
     gen.add_argument("--format", choices=("native", "mooncake"), default="native",
                      help="native keeps sessions for closed-loop replay; mooncake is open-loop")
     for name, f in AgentSpec.model_fields.items():
-        gen.add_argument(f"--{name.replace('_', '-')}", dest=name, type=f.annotation,
+        gen.add_argument(f"--{name.replace('_', '-')}", dest=name, type=type(f.default),
                          help=f"{f.description} (default {f.default!r})")
     gen.set_defaults(func=cmd_trace_gen)
 
@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pddsim: {e}", file=sys.stderr)
         return 2
     except SystemExit as e:          # --help
-        return e.code or 0
+        return int(e.code or 0)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

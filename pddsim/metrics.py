@@ -39,14 +39,15 @@ class Recorder:
 
     def record(self, req: Request) -> None:
         f, i = self.floats, self.ints
-        first = req.first_token_s
+        first, end = req.first_token_s, req.finish_s
+        assert end is not None, "recorded before it ended"
         f["arrival_s"].append(req.arrival_s)
         f["ttft_s"].append(np.nan if first is None else first - req.arrival_s)
         f["tpot_s"].append((req.last_token_s - first) / (req.tokens_out - 1)
                            if first is not None and req.tokens_out > 1 else np.nan)
         f["itl_max_s"].append(req.max_gap_s)
-        f["e2e_s"].append(req.finish_s - req.arrival_s)
-        f["finish_s"].append(req.finish_s)
+        f["e2e_s"].append(end - req.arrival_s)
+        f["finish_s"].append(end)
         f["wan_bytes"].append(req.wan_bytes)
         f["wan_bytes_no_drc"].append(req.wan_bytes_no_drc)
         f["rdma_bytes"].append(req.rdma_bytes)

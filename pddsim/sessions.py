@@ -56,7 +56,7 @@ def session_table(cfg: Config, workload: Workload, requests: pd.DataFrame) -> pd
 def session_summary(table: pd.DataFrame) -> dict:
     """Task completion and slowdown percentiles; None when there is no session, as in the run
     summary's statistics without a sample."""
-    out = {"sessions": int(len(table))}
+    out: dict[str, float | None] = {"sessions": int(len(table))}
     for column, key in (("completion_s", "task_completion_p{}_s"),
                         ("slowdown", "task_slowdown_p{}")):
         for q in PERCENTILES:

@@ -81,6 +81,7 @@ def load_workload(cfg: Config) -> Workload:
     w = cfg.workload
     if w.synthetic is not None:
         return generate(w.synthetic, seed=cfg.seed)
+    assert w.trace is not None          # the config requires exactly one source
     return read_workload(cfg.resolve(w.trace), w.format, limit=w.limit,
                          shared_prefix=w.shared_prefix, max_tokens=w.max_tokens)
 
@@ -98,7 +99,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     recorder = Recorder()
     routers = {pool: make_router(getattr(cfg.policies, f"{pool}_router"))
                for pool in ("prefill", "decode", "relay")}
-    replay: Replay | None = None
+    replay: Replay                      # created below: it needs the pipeline, which needs on_end
     in_flight: dict[int, Request] = {}     # issued, not ended: each request ends exactly once
     timeline = Timeline(cfg.observe.timeline_limit) if cfg.observe.timeline else None
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections import deque
+from typing import Callable
 
 import simpy
 
@@ -55,7 +56,7 @@ class Instance:
         self._finish_heap: list[tuple[int, int, Request]] = []
         self._decoders: dict[Request, None] = {}   # in join order: the newest is preempted first
         self._joined: list[Request] = []
-        self._at_boundary: list[tuple[Request, object, bool]] = []   # (request, callback, leave)
+        self._at_boundary: list[tuple[Request, Callable[[Request, int], None], bool]] = []   # (request, callback, leave)
         self._seq = 0
         self._seg_end: list[int] = []         # suffix-max stack of iteration times, by end iter
         self._seg_max: list[float] = []
@@ -243,7 +244,7 @@ class Instance:
     def _lookup_prefix(self, req: Request) -> None:
         """Pin the prompt's cached prefix; the cache may have changed since `submit` estimated it."""
         blocks = self._hit_blocks(req)
-        if blocks:
+        if blocks and self.cache is not None:      # a hit implies a cache
             self.cache.pin(req.hash_ids, blocks)
         req.pinned_blocks = blocks
         self.pending_prefill_tokens += req.hit_tokens - blocks * req.block_tokens
@@ -252,7 +253,7 @@ class Instance:
         req.context = req.hit_tokens
 
     def _unpin(self, req: Request) -> None:
-        if req.pinned_blocks > 0:
+        if req.pinned_blocks > 0 and self.cache is not None:
             self.cache.unpin(req.hash_ids, req.pinned_blocks)
         req.pinned_blocks = 0
 

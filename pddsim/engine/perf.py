@@ -223,6 +223,7 @@ class LinearRun:
 
     def __init__(self, compute: LinearTerm, memory: LinearTerm, fixed: float, k: int):
         self.compute, self.memory, self.fixed, self.k = compute, memory, fixed, k
+        self.late: LinearTerm | None    # None: `early` dominates all k
         # `early` dominates iterations [0, split), `late` the rest
         da, db = compute.a - memory.a, compute.b - memory.b
         if db == 0:
@@ -244,7 +245,7 @@ class LinearRun:
     def elapsed(self, m: int) -> float:
         """Time of the first m iterations."""
         j = min(self.split, m)
-        body = self.early.sum(0, j) + (self.late.sum(j, m) if m > j else 0.0)
+        body = self.early.sum(0, j) + (self.late.sum(j, m) if m > j and self.late is not None else 0.0)
         return body + m * self.fixed
 
     def longest(self, m: int) -> float:

@@ -12,9 +12,10 @@ stage: it delays nobody the user sees.
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the engine reads a trace entry's fields; it needs no workload code
+    from pddsim.engine.instance import Instance
     from pddsim.workload.model import TraceRequest
 
 
@@ -73,12 +74,12 @@ class Request:
         self.block_tokens = trace.block_tokens
         self.hit_tokens = 0
         self.hit_tokens_decode = 0
-        self.first_token_s = None
-        self.last_token_s = None
+        self.first_token_s: float | None = None
+        self.last_token_s = 0.0               # read only once first_token_s is set
         self.max_gap_s = 0.0
         self.tokens_out = 0
-        self.finish_s = None
-        self.failed = None
+        self.finish_s: float | None = None
+        self.failed: str | None = None
         self.pipeline: Route | str = ""
         self.wan_bytes = 0.0
         self.wan_bytes_no_drc = 0.0
@@ -97,9 +98,9 @@ class Request:
         self.pinned_blocks = 0
         self.uses_cache = False
         self.hold = False
-        self.inst = None
+        self.inst: Instance | None = None
         self.decoding = False
-        self.state = None
+        self.state: Any = None                # whatever the pipeline keeps for it
         self.stage = "prefill_queue"
         self.stage_s = arrival_s
         self.stages = [0.0] * len(STAGES)     # seconds per stage, in STAGES order

@@ -36,7 +36,7 @@ class Pin(Strict):
     def holds(self, got) -> bool:
         if self.value is None or got is None:
             return self.value is None and got is None
-        slack = self.abs if self.abs is not None else self.rel * abs(self.value)
+        slack = self.abs if self.abs is not None else (self.rel or 0.0) * abs(self.value)
         return abs(got - self.value) <= slack
 
 

@@ -202,7 +202,7 @@ def handoff_microbenchmark(spec: HandoffBenchSpec = HandoffBenchSpec(), seed: in
     kv_bytes = spec.tokens * model.kv_bytes_per_token
     id_bytes = spec.tokens * spec.token_id_bytes
     gaps = np.random.default_rng([seed, 2]).exponential(spec.run_gap_s, spec.runs)
-    samples = {"kv_transfer": [], "recompute": []}
+    samples: dict[str, list[float]] = {"kv_transfer": [], "recompute": []}
 
     def driver():
         for gap in gaps:

@@ -15,7 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 import yaml
@@ -83,7 +83,7 @@ def _run_point(cfg: Config, *, workload: Workload | None, capacity: bool, seed: 
     return summary
 
 
-def sweep(base_path: str | Path, grids: list[str], overrides: list[str] = (),
+def sweep(base_path: str | Path, grids: list[str], overrides: Sequence[str] = (),
           capacity: bool = False, jobs: int | None = None, seed: int | None = None,
           on_progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """One row per grid point, in grid order: the grid keys' values, then the run's summary (with

@@ -26,7 +26,10 @@ class Deployment:
     wan: Link | None = None
 
     def link(self, src_cluster: str, dst_cluster: str) -> Link:
-        return self.rdma[src_cluster] if src_cluster == dst_cluster else self.wan
+        if src_cluster == dst_cluster:
+            return self.rdma[src_cluster]
+        assert self.wan is not None, "two clusters have a WAN line (the config requires it)"
+        return self.wan
 
     @property
     def links(self) -> list[Link]:

@@ -32,6 +32,7 @@ from datetime import datetime
 from functools import partial
 from operator import attrgetter
 from pathlib import Path
+from typing import Any, Callable
 
 from pddsim.errors import InputError
 from pddsim.intmath import ceil_div
@@ -203,7 +204,7 @@ def _detect(path: Path) -> str:
         return "agent"
     if name.endswith(".jsonl"):
         objects = _jsonl(path)
-        first = next(objects, (None, {}))[1]
+        first: dict = next(objects, (None, {}))[1]
         objects.close()
         if "timestamp" in first:
             return "mooncake"
@@ -238,7 +239,7 @@ _MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 
 def _read_mooncake(path: Path, repairs: Counter) -> list[TraceRequest]:
-    requests = []
+    requests: list[TraceRequest] = []
     for where, obj in _jsonl(path):
         _keys(obj, where, _MOONCAKE_KEYS, _MOONCAKE_KEYS)
         requests.append(_request(
@@ -248,7 +249,7 @@ def _read_mooncake(path: Path, repairs: Counter) -> list[TraceRequest]:
     return _by_arrival(requests)
 
 
-_NATIVE_FIELDS = {
+_NATIVE_FIELDS: dict[str, Callable[[dict, str, str], Any]] = {
     "arrival_s": _number, "input_tokens": _int, "output_tokens": _int, "hash_ids": _ids,
     "block_tokens": partial(_int, minimum=1), "session_id": partial(_int, minimum=-1),
     "think_s": _number, "follows": partial(_int, minimum=-1),
@@ -258,7 +259,7 @@ _NATIVE_REQUIRED = tuple(f.name for f in fields(TraceRequest) if f.default is MI
 
 def _read_native(path: Path, repairs: Counter) -> list[TraceRequest]:
     """Native traces without sessions are sorted by arrival; with sessions, file order is kept."""
-    requests = []
+    requests: list[TraceRequest] = []
     for where, obj in _jsonl(path):
         _keys(obj, where, _NATIVE_REQUIRED, _NATIVE_FIELDS)
         kw = {k: read(obj, k, where) for k, read in _NATIVE_FIELDS.items() if k in obj}
@@ -445,7 +446,7 @@ def _read_agent(path: Path, limit: int | None, shared_prefix: bool,
     files = sorted(p for p in path.iterdir() if p.name.endswith(AGENT_SUFFIXES)) if path.is_dir() else [path]
     if not files:
         raise InputError(f"{path}: no {' or '.join('*' + s for s in AGENT_SUFFIXES)} conversation files")
-    ids, shared = _Ids(), {}
+    ids, shared = _Ids(), dict[str, tuple[int, ...]]()
     requests: list[TraceRequest] = []
     sessions = 0
     for file in files:

@@ -100,7 +100,7 @@ def agent_workload(spec: AgentSpec, seed: int) -> Workload:
     new_ids = count(len(system))
     bt = spec.block_tokens
     requests: list[TraceRequest] = []
-    prev_in, prev_out, prev_chain = 0, 0, ()
+    prev_in, prev_out, prev_chain = 0, 0, tuple[int, ...]()
     for i in range(total):
         n_in = prev_in + prev_out + int(appended[i])
         fresh = first[i] or reset[i] or 0 < spec.max_context < n_in
