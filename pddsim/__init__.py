@@ -16,12 +16,19 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from pddsim.config import AgentSpec, Config, PoissonSpec, load_config
-    from pddsim.errors import InputError
-    from pddsim.sim import Result, load_workload, simulate
-    from pddsim.workload.model import TraceRequest, Workload
-    from pddsim.workload.synthetic import agent_workload, poisson
+if TYPE_CHECKING:  # `X as X`: re-exported
+    from pddsim.config import AgentSpec as AgentSpec
+    from pddsim.config import Config as Config
+    from pddsim.config import PoissonSpec as PoissonSpec
+    from pddsim.config import load_config as load_config
+    from pddsim.errors import InputError as InputError
+    from pddsim.sim import Result as Result
+    from pddsim.sim import load_workload as load_workload
+    from pddsim.sim import simulate as simulate
+    from pddsim.workload.model import TraceRequest as TraceRequest
+    from pddsim.workload.model import Workload as Workload
+    from pddsim.workload.synthetic import agent_workload as agent_workload
+    from pddsim.workload.synthetic import poisson as poisson
 
 _HOME = {
     "Config": "pddsim.config", "load_config": "pddsim.config", "AgentSpec": "pddsim.config",

@@ -96,9 +96,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    from pddsim.config import load_config
     from pddsim.experiments import paper
     from pddsim.experiments.compare import compare, format_table
-    from pddsim.config import load_config
     from pddsim.sim import load_workload
     paths = args.configs or paper.PAPER_CONFIGS
     configs = [load_config(p, args.set or [], _trace_values(args)) for p in paths]
@@ -258,8 +258,8 @@ def cmd_trace_gen(args) -> int:
 
 
 def cmd_trace_stats(args) -> int:
-    from pddsim.workload.stats import format_stats, plot_bucket_shares, trace_stats
     from pddsim.workload.readers import read_workload
+    from pddsim.workload.stats import format_stats, plot_bucket_shares, trace_stats
     workload = read_workload(args.path, args.format, shared_prefix=args.shared_prefix)
     stats = trace_stats(workload, lru_capacity_tokens=args.lru_tokens, window_s=args.window)
     if args.plot:

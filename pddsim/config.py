@@ -8,12 +8,20 @@ from __future__ import annotations
 import copy
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, Sequence, TypeVar, Union
+from typing import Annotated, Any, Literal, Mapping, Sequence, TypeVar
 
 import numpy as np
 import yaml
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError,
-                      field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pddsim import catalog
 from pddsim.errors import InputError
@@ -214,8 +222,7 @@ def _synthetic_kind(raw: Any) -> str:
 
 
 # `kind` picks the generator and so the knobs' model: field-precise errors for either
-Synthetic = Annotated[Union[Annotated[PoissonSynthetic, Tag("poisson")],
-                            Annotated[AgentSynthetic, Tag("agent")]],
+Synthetic = Annotated[Annotated[PoissonSynthetic, Tag("poisson")] | Annotated[AgentSynthetic, Tag("agent")],
                       Discriminator(_synthetic_kind)]
 
 

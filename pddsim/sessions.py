@@ -14,9 +14,9 @@ import pandas as pd
 import simpy
 
 from pddsim.config import Config
+from pddsim.errors import InputError
 from pddsim.intmath import ceil_div
 from pddsim.system.deployment import Deployment, build
-from pddsim.errors import InputError
 from pddsim.workload.model import Workload
 
 COLUMNS = ["session", "requests", "start_s", "end_s", "completion_s", "ideal_s", "slowdown"]

@@ -2,13 +2,13 @@
 restate the summary in the units such benchmarks use."""
 import numpy as np
 import pytest
-
 from helpers import config, workload
+from test_instance import utilization_for
+
 from pddsim.config import load_config
 from pddsim.engine.request import STAGES
 from pddsim.metrics import stage_table
 from pddsim.sim import load_workload, simulate
-from test_instance import utilization_for
 
 STAGE_COLS = [f"stage_{s}_s" for s in STAGES]
 TTFT_COLS = [f"ttft_{s}_s" for s in STAGES]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from helpers import assert_input_error
+
 from pddsim import cli
 from pddsim.workload.stats import BUCKETS
 

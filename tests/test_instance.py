@@ -1,8 +1,8 @@
 """The batching engine on hand-computable cases (iteration time = 0.01 s + 1e-5 s per token)."""
 import numpy as np
 import pytest
-
 from helpers import config, workload
+
 from pddsim import catalog
 from pddsim.sim import simulate
 

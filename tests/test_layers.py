@@ -55,4 +55,5 @@ def test_no_upward_import(path):
     unit = rel.parts[0] if len(rel.parts) > 1 else rel.stem
     own = layer_of(unit)
     for imported in imported_units(path):
-        assert layer_of(imported) <= own, f"{rel} (layer {own}) imports {imported} (layer {layer_of(imported)})"
+        assert layer_of(imported) <= own, \
+            f"{rel} (layer {own}) imports {imported} (layer {layer_of(imported)})"

@@ -1,7 +1,7 @@
 """PDD's mechanisms: dual path, relay decode, extend-decode handoff, DRC, path policies."""
 import pytest
-
 from helpers import config, workload
+
 from pddsim.sim import simulate
 from pddsim.workload.synthetic import poisson_workload
 

@@ -2,6 +2,7 @@
 from pathlib import Path
 
 from helpers import config, workload
+
 from pddsim.config import load_config
 from pddsim.sim import load_workload, simulate
 

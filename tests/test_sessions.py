@@ -1,7 +1,7 @@
 """Per-session task completion and its slowdown against a zero-queue run."""
 import pytest
-
 from helpers import config
+
 from pddsim.sessions import COLUMNS, session_summary, session_table
 from pddsim.sim import simulate
 from pddsim.workload.model import TraceRequest, Workload

@@ -4,12 +4,12 @@ import json
 
 import pandas as pd
 import pytest
+from helpers import assert_input_error, write_config
 
-from pddsim.experiments import sweep as sweep_module
 from pddsim.cli import main
 from pddsim.errors import InputError
+from pddsim.experiments import sweep as sweep_module
 from pddsim.experiments.sweep import grid_points, sweep
-from helpers import assert_input_error, write_config
 
 GRID = ["clusters.a.instances.0.count=1,2", "slo.ttft_s=0.05,1"]
 KEYS = ["clusters.a.instances.0.count", "slo.ttft_s"]

@@ -6,8 +6,8 @@ import yaml
 
 from pddsim.config import from_dict
 from pddsim.errors import InputError
-from pddsim.workload.synthetic import AgentSpec, agent_workload, poisson_workload
 from pddsim.workload.stats import BUCKETS, trace_stats
+from pddsim.workload.synthetic import AgentSpec, agent_workload, poisson_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = AgentSpec(sessions=40)

@@ -1,11 +1,11 @@
 """Whole-system invariants and baseline comparisons."""
 import numpy as np
 import pytest
-
 from helpers import config, workload
+
 from pddsim.sim import simulate
-from pddsim.workload.synthetic import poisson_workload
 from pddsim.workload.model import TraceRequest, Workload
+from pddsim.workload.synthetic import poisson_workload
 
 KV = 327_680   # llama-3.1-70b KV bytes per token
 
@@ -55,7 +55,9 @@ def test_same_seed_same_summary(tmp_path):
                       "background": {"mean": 0.3, "std": 0.2, "period_s": 0.5}})
     w = poisson_workload(400, 20, 2000, 50, shared_prefix_tokens=512, seed=3)
     a, b = simulate(cfg, w, seed=5), simulate(cfg, w, seed=5)
-    drop = lambda s: {k: v for k, v in s.items() if k != "wall_s"}
+
+    def drop(s):
+        return {k: v for k, v in s.items() if k != "wall_s"}
     assert drop(a.summary) == drop(b.summary)
     assert a.requests.equals(b.requests)
     c = simulate(cfg, w, seed=6)     # another seed moves the WAN's background load

@@ -4,8 +4,7 @@ import pytest
 
 from pddsim.errors import InputError
 from pddsim.workload.model import TraceRequest, Workload
-from pddsim.workload.stats import (BUCKETS, format_stats, hit_bucket, plot_bucket_shares,
-                                trace_stats)
+from pddsim.workload.stats import BUCKETS, format_stats, hit_bucket, plot_bucket_shares, trace_stats
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 BLOCK = 10

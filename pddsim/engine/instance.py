@@ -27,7 +27,6 @@ from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.engine.request import Request
 from pddsim.intmath import ceil_div
 
-
 QUEUE_STAGE = {"prefill": "prefill_queue", "colocated": "prefill_queue", "relay": "relay_queue",
                "decode": "decode_queue"}
 
@@ -56,7 +55,8 @@ class Instance:
         self._finish_heap: list[tuple[int, int, Request]] = []
         self._decoders: dict[Request, None] = {}   # in join order: the newest is preempted first
         self._joined: list[Request] = []
-        self._at_boundary: list[tuple[Request, Callable[[Request, int], None], bool]] = []   # (request, callback, leave)
+        # (request, callback, leave)
+        self._at_boundary: list[tuple[Request, Callable[[Request, int], None], bool]] = []
         self._seq = 0
         self._seg_end: list[int] = []         # suffix-max stack of iteration times, by end iter
         self._seg_max: list[float] = []

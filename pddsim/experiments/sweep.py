@@ -20,11 +20,11 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 import yaml
 
-from pddsim.experiments.compare import ROWS, format_cell, compare
 from pddsim.config import Config, load_config
-from pddsim.system.deployment import check_fits
 from pddsim.errors import InputError
+from pddsim.experiments.compare import ROWS, compare, format_cell
 from pddsim.sim import load_workload
+from pddsim.system.deployment import check_fits
 from pddsim.workload.model import Workload
 
 # the metrics the printed table shows; the DataFrame, --json and --out keep the whole summary

@@ -9,11 +9,11 @@ import numpy as np
 
 from pddsim import catalog
 from pddsim.config import Config, LinkConfig
-from pddsim.errors import InputError
 from pddsim.engine.instance import Instance
 from pddsim.engine.network import Link, background_load
 from pddsim.engine.perf import PERF_MODELS
 from pddsim.engine.prefix_cache import PrefixCache
+from pddsim.errors import InputError
 
 GBIT = 1e9 / 8
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pddsim.system.deployment import Deployment
 from pddsim.engine.request import Request, Route
+from pddsim.system.deployment import Deployment
 
 
 class Pipeline:

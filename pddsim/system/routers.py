@@ -41,7 +41,8 @@ class RoundRobin:
 
 
 # name -> policy; the config's Literal is checked against these names (tests/test_registries.py)
-ROUTERS: dict[str, type[Router]] = {"cache_affinity": CacheAffinity, "least_loaded": LeastLoaded, "round_robin": RoundRobin}
+ROUTERS: dict[str, type[Router]] = {
+    "cache_affinity": CacheAffinity, "least_loaded": LeastLoaded, "round_robin": RoundRobin}
 
 
 def make_router(name: str) -> Router:

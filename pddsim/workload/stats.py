@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pddsim.errors import InputError
 from pddsim.engine.prefix_cache import PrefixCache
+from pddsim.errors import InputError
 from pddsim.workload.model import Workload
 
 BUCKETS = ("[0,50)", "[50,70)", "[70,90)", "[90,95)", "[95,99)", "[99,100]")
