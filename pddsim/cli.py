@@ -98,7 +98,7 @@ def cmd_run(args) -> int:
 def cmd_compare(args) -> int:
     from pddsim.config import load_config
     from pddsim.experiments import paper
-    from pddsim.experiments.compare import compare, format_table
+    from pddsim.experiments.compare import compare, format_comparison
     from pddsim.sim import load_workload
     paths = args.configs or paper.PAPER_CONFIGS
     configs = [load_config(p, args.set or [], _trace_values(args)) for p in paths]
@@ -112,7 +112,7 @@ def cmd_compare(args) -> int:
     if args.json:
         print(_json(summaries))
         return 0
-    print(format_table(summaries))
+    print(format_comparison(summaries))
     if not args.configs:
         print()
         print(paper.format_figures(paper.figures_table(*summaries)))
@@ -170,7 +170,7 @@ def cmd_capacity(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from pddsim.experiments.sweep import format_table, grid_points, sweep, table_writer
+    from pddsim.experiments.sweep import format_sweep, grid_points, sweep, table_writer
     write = table_writer(args.out) if args.out else None
     points = grid_points(args.grid)
     with _progress(len(points), args.quiet) as bar:
@@ -182,7 +182,7 @@ def cmd_sweep(args) -> int:
     if args.json:
         print(_json(table.to_dict(orient="records")))
     else:
-        print(format_table(table, list(points[0])))
+        print(format_sweep(table, list(points[0])))
     return 0
 
 

@@ -7,7 +7,7 @@ import yaml
 from helpers import config, write_config
 from pddsim.experiments.capacity import at_load, find_capacity
 from pddsim.cli import main
-from pddsim.experiments.compare import compare, format_table
+from pddsim.experiments.compare import compare, format_comparison
 from pddsim.sim import simulate
 from pddsim.workload.synthetic import AgentSpec, agent_workload, poisson_workload
 
@@ -84,7 +84,7 @@ def test_compare_runs_every_system_on_one_workload(tmp_path):
     rows = compare([small, big], w)
     assert [r["requests_total"] for r in rows] == [200, 200]
     assert rows[1]["ttft_p90_s"] < rows[0]["ttft_p90_s"]
-    table = format_table(rows)
+    table = format_comparison(rows)
     assert "TTFT P90 s" in table and "%)" in table      # deltas against the first
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from pddsim.experiments.capacity import find_capacity
 from pddsim.config import Config
 from pddsim.sim import simulate
@@ -62,24 +64,20 @@ def format_cell(fmt: str, key: str, value) -> str:
     return fmt.format(value / 1e9 if key == "wan_bytes" else value)
 
 
-def format_table(summaries: list[dict]) -> str:
+def format_comparison(summaries: list[dict]) -> str:
     """Metrics down, systems across; each system after the first also shows its relative delta."""
     base = summaries[0]
-    header = ["metric"] + [s["system"] for s in summaries]
-    rows = [header]
+    rows = {}
     for key, label, fmt in ROWS:
         if all(key not in s for s in summaries):
             continue
-        row = [label]
+        cells = []
         for i, s in enumerate(summaries):
             cell = format_cell(fmt, key, s.get(key))
             b, v = base.get(key), s.get(key)
             if i and b and v is not None:
                 cell += f" ({(v / b - 1):+.0%})"
-            row.append(cell)
-        rows.append(row)
-    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) if c == 0 else cell.rjust(w)
-                       for c, (cell, w) in enumerate(zip(r, widths))) for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+            cells.append(cell)
+        rows[label] = cells
+    return pd.DataFrame.from_dict(rows, orient="index",
+                                  columns=[s["system"] for s in summaries]).to_string()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import yaml
 from pydantic import Field, model_validator
 
@@ -77,10 +78,12 @@ HEADER = "# Pinned figures; re-pin after an intended change with `pddsim check F
 
 
 def format_rows(rows: list[dict]) -> str:
+    """One line per pinned figure, grouped by scenario: pinned, now, tolerance, ok or MOVED."""
     def show(v):
         return "None" if v is None else f"{v:.6g}"
-    lines = [f"{'scenario':<22} {'figure':<22} {'pinned':>12} {'now':>12} {'tolerance':>10}  status"]
-    for r in rows:
-        lines.append(f"{r['scenario']:<22} {r['key']:<22} {show(r['pinned']):>12} {show(r['got']):>12} "
-                     f"{r['tolerance']:>10}  {'ok' if r['ok'] else 'MOVED'}")
-    return "\n".join(lines)
+    frame = pd.DataFrame({
+        "pinned": [show(r["pinned"]) for r in rows], "now": [show(r["got"]) for r in rows],
+        "tolerance": [r["tolerance"] for r in rows],
+        "status": ["ok" if r["ok"] else "MOVED" for r in rows],
+    }, index=pd.MultiIndex.from_tuples([(r["scenario"], r["key"]) for r in rows]))
+    return frame.to_string()

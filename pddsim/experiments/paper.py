@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import pandas as pd
+
 from pddsim.config import bundled
 
 PAPER_CONFIGS = [bundled(f"paper/{name}.yaml") for name in ("same_dc_pd", "cross_dc_pd", "pdd")]
@@ -82,15 +84,14 @@ def figures_table(same: dict, cross: dict, pdd: dict) -> list[dict]:
 
 
 def format_figures(rows: list[dict]) -> str:
+    """The paper's figures beside ours, and whether each is within tolerance."""
     def show(v, percent):
         return "-" if v is None else (f"{v:+.1%}" if percent else f"{v:.2f}")
-    width = max(len(r["figure"]) for r in rows)
-    lines = [f"{'paper figure':<{width}}  {'paper':>8}  {'ours':>8}  {'basis':<9}  "
-             "within tolerance"]
-    for r in rows:
-        verdict = f"{'yes' if r['match'] else 'no'} (±{r['tolerance']:.0%})"
-        lines.append(f"{r['figure']:<{width}}  {show(r['paper'], r['percent']):>8}  "
-                     f"{show(r['ours'], r['percent']):>8}  {r['basis']:<9}  {verdict}")
-    lines.append("fitted: a config value was chosen to reproduce the figure, so matching it is no "
-                 "evidence for the model; predicted: it emerges from the mechanisms.")
-    return "\n".join(lines)
+    table = pd.DataFrame({
+        "paper": [show(r["paper"], r["percent"]) for r in rows],
+        "ours": [show(r["ours"], r["percent"]) for r in rows],
+        "basis": [r["basis"] for r in rows],
+        "within tolerance": [f"{'yes' if r['match'] else 'no'} (±{r['tolerance']:.0%})" for r in rows],
+    }, index=[r["figure"] for r in rows]).to_string()
+    return (table + "\nfitted: a config value was chosen to reproduce the figure, so matching it is "
+            "no evidence for the model; predicted: it emerges from the mechanisms.")

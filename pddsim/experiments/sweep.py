@@ -111,7 +111,7 @@ def sweep(base_path: str | Path, grids: list[str], overrides: Sequence[str] = ()
     return pd.DataFrame(rows)
 
 
-def format_table(table: pd.DataFrame, grid_keys: list[str]) -> str:
+def format_sweep(table: pd.DataFrame, grid_keys: list[str]) -> str:
     """The grid columns and the headline metrics, each shown as `pddsim compare` shows it."""
     formats = {key: fmt for key, _, fmt in ROWS}
     metrics = [key for key in HEADLINE if key in table]

@@ -12,6 +12,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.errors import InputError
@@ -26,7 +27,6 @@ DEFAULT_WINDOWS = 10
 BUCKET_COLORMAP, BUCKET_COLOR_RANGE = "RdYlGn", (0.05, 0.95)   # red: low hit, green: high hit
 TIME_UNITS = ((86400.0, "days"), (3600.0, "hours"), (60.0, "minutes"), (1.0, "seconds"))
 """Plot time axes use the largest unit that the trace spans at least twice."""
-LABEL_WIDTH, CELL_WIDTH, CACHE_WIDTH = 16, 10, 26
 """Text table layout: row label, numeric cell, and per-cache column widths (characters)."""
 
 
@@ -182,37 +182,29 @@ def _time_unit(duration_s: float) -> tuple[float, str]:
     return TIME_UNITS[-1]
 
 
-def _row(label: str, cells, width: int = CELL_WIDTH, fmt: str = "") -> str:
-    return f"{label:<{LABEL_WIDTH}}" + "".join(f"{c:>{width}{fmt}}" for c in cells)
-
-
 def format_stats(stats: dict) -> str:
     """Readable terminal summary of `trace_stats` output."""
     rate = stats["arrival_rate_rps"]
-    lines = [_row("requests", [stats["requests"]], fmt=","),
-             _row("duration s", [stats["duration_s"]], fmt=",.1f"),
-             _row("arrivals/s", [rate if rate is not None else "n/a"],
-                  fmt=".3f" if rate is not None else ""),
-             "", _row("tokens", stats["input_tokens"])]
-    lines += [_row(name.removesuffix("_tokens"), stats[name].values(), fmt=",.0f")
-              for name in ("input_tokens", "output_tokens")]
+    totals = pd.Series({"requests": f"{stats['requests']:,}",
+                        "duration s": f"{stats['duration_s']:,.1f}",
+                        "arrivals/s": "n/a" if rate is None else f"{rate:.3f}"})
+    tokens = pd.DataFrame({name.removesuffix("_tokens"): {k: f"{v:,.0f}" for k, v in stats[name].items()}
+                           for name in ("input_tokens", "output_tokens")}).T
 
     caches = {"unbounded cache": stats}
     if "lru" in stats:
         caches[f"LRU {stats['lru']['capacity_tokens']:,} tokens"] = stats["lru"]
-    lines += ["", _row("prefix hit", caches, CACHE_WIDTH)]
-    lines += [_row(label, [c[key] for c in caches.values()], CACHE_WIDTH, ".1%")
-              for label, key in (("mean", "hit_rate_mean"),
-                                 ("token-weighted", "hit_rate_token_weighted"))]
-    lines += [_row(f"{b} %", [c["bucket_shares"][b] for c in caches.values()], CACHE_WIDTH, ".1%")
-              for b in BUCKETS]
+    rows = {"mean": "hit_rate_mean", "token-weighted": "hit_rate_token_weighted"}
+    hit = pd.DataFrame({name: {**{label: f"{c[key]:.1%}" for label, key in rows.items()},
+                               **{f"{b} %": f"{c['bucket_shares'][b]:.1%}" for b in BUCKETS}}
+                        for name, c in caches.items()}).rename_axis("prefix hit")
 
-    name, hit = list(caches.items())[-1]
-    lines += ["", f"bucket shares per time window ({name})",
-              _row("window start s", ("requests", *BUCKETS))]
-    lines += [_row(f"{w['start_s']:,.0f}", [f"{w['requests']:,}"])
-              + "".join(f"{w['bucket_shares'][b]:>{CELL_WIDTH}.1%}" for b in BUCKETS)
-              for w in hit["windows"]]
+    name, last = list(caches.items())[-1]
+    windows = pd.DataFrame([{"window start s": f"{w['start_s']:,.0f}", "requests": f"{w['requests']:,}",
+                             **{b: f"{w['bucket_shares'][b]:.1%}" for b in BUCKETS}}
+                            for w in last["windows"]])
+    parts = [totals.to_string(), tokens.to_string(), hit.to_string(),
+             f"bucket shares per time window ({name})\n{windows.to_string(index=False)}"]
     if "note" in stats:
-        lines += ["", f"note: {stats['note']}"]
-    return "\n".join(lines)
+        parts.append(f"note: {stats['note']}")
+    return "\n\n".join(parts)
