@@ -78,6 +78,7 @@ def cmd_run(args) -> int:
     if args.out:
         result.write(args.out, args.out_format)
     if args.timeline:
+        assert result.timeline is not None      # simulate keeps one when asked for a timeline
         result.timeline.write(args.timeline)
     if args.json:
         print(_json(result.summary))
@@ -198,9 +199,13 @@ def cmd_check(args) -> int:
 
 
 def cmd_bench_handoff(args) -> int:
-    from pddsim.experiments.handoff_bench import (HandoffBenchSpec, format_bench,
-                                                  handoff_microbenchmark, scenario_handoff)
     from pddsim.config import load_config
+    from pddsim.experiments.handoff_bench import (
+        HandoffBenchSpec,
+        format_bench,
+        handoff_microbenchmark,
+        scenario_handoff,
+    )
     spec = HandoffBenchSpec(runs=args.runs)
     result = handoff_microbenchmark(spec, seed=args.seed)
     result["scenario"] = scenario_handoff(load_config(args.config), spec, seed=args.seed)

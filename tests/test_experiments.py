@@ -3,10 +3,10 @@ import json
 
 import pytest
 import yaml
-
 from helpers import config, write_config
-from pddsim.experiments.capacity import at_load, find_capacity
+
 from pddsim.cli import main
+from pddsim.experiments.capacity import at_load, find_capacity
 from pddsim.experiments.compare import compare, format_comparison
 from pddsim.sim import simulate
 from pddsim.workload.synthetic import AgentSpec, agent_workload, poisson_workload

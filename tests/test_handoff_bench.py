@@ -3,8 +3,13 @@ from dataclasses import replace
 import pytest
 
 from pddsim.config import bundled, load_config
-from pddsim.experiments.handoff_bench import (HandoffBenchSpec, format_bench, handoff_microbenchmark,
-                                              scenario_handoff, scenario_spec)
+from pddsim.experiments.handoff_bench import (
+    HandoffBenchSpec,
+    format_bench,
+    handoff_microbenchmark,
+    scenario_handoff,
+    scenario_spec,
+)
 
 SHORT = replace(HandoffBenchSpec(), runs=200)   # enough runs for the comparisons, quick
 

@@ -4,12 +4,12 @@ import json
 
 import numpy as np
 import pytest
-
 from helpers import config, workload
+from test_instance import utilization_for
+
 from pddsim.cli import main
 from pddsim.config import load_config
 from pddsim.sim import load_workload, simulate
-from test_instance import utilization_for
 
 SMALL = ["workload.limit=120"]
 

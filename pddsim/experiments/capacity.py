@@ -88,6 +88,7 @@ def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None,
     lo, hi = (start, None) if meets(start) else (None, start)
     for _ in range(max_doublings):
         if hi is None:
+            assert lo is not None                # one of the two bounds is always known
             up = min(lo * 2, ceiling)
             if up == lo:
                 break
@@ -100,6 +101,7 @@ def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None,
         else:
             break
     if lo is None:                          # missed even at the lowest load tried
+        assert hi is not None
         return Capacity(0.0, knob, hi, runs[hi])
     if hi is not None:
         while hi - lo > max(rel_tol * lo, 1 if integer else 0):

@@ -37,9 +37,9 @@ import simpy
 
 from pddsim import catalog
 from pddsim.config import BackgroundLoad, Config, LinkConfig, Perf
+from pddsim.engine.perf import Roofline
 from pddsim.errors import InputError
 from pddsim.system.deployment import make_link
-from pddsim.engine.perf import Roofline
 
 PAPER = {
     "kv_transfer": {"mean_ms": 185.0, "max_ms": 512.6, "std_ms": None},   # the paper gives no std

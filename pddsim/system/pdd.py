@@ -12,10 +12,11 @@ finishes (or fails) the request itself.
 """
 from __future__ import annotations
 
+from pddsim.engine.network import Link
+from pddsim.engine.request import Request, Route
 from pddsim.system.handoff import HANDOFFS
 from pddsim.system.paths import PATH_POLICIES
 from pddsim.system.pipelines import Disaggregated
-from pddsim.engine.request import Request, Route
 
 
 class PddRequestState:
@@ -51,6 +52,11 @@ class PDD(Disaggregated):
             st.md_busy = False                     # no handoff follows: the RLD keeps the request
             return
         super().failed(job, inst, reason)
+
+    @property
+    def wan(self) -> Link:
+        assert self.dep.wan is not None, "PDD's clusters are joined by a WAN (the config requires it)"
+        return self.dep.wan
 
     def prefill_done(self, job: Request, inst) -> None:
         if inst.role == "decode":
@@ -90,8 +96,8 @@ class PDD(Disaggregated):
         self.kv_landed(req, st.md)
         if req.finish_s is not None:            # finished on the RLD meanwhile
             return
-        if req.pipeline != Route.P_MD and req.tokens_out == 0 and (req.inst is not st.rld
-                                                               or st.rld.withdraw(req)):
+        if req.pipeline != Route.P_MD and req.tokens_out == 0 and (
+                req.inst is not st.rld or st.rld.withdraw(req)):  # type: ignore[union-attr]
             st.rld = None                       # the RLD has not started it: the MD can, now
             req.pipeline = Route.P_MD
         if req.pipeline == Route.P_MD:
@@ -126,7 +132,7 @@ class PDD(Disaggregated):
             req.handoff_tail_tokens = n_ids
         nbytes = n_ids * self.cfg.token_id_bytes
         req.wan_bytes += nbytes
-        self.send(self.dep.wan, nbytes, lambda: self._ids_arrived(req, n_ids, final), req,
+        self.send(self.wan, nbytes, lambda: self._ids_arrived(req, n_ids, final), req,
                   "token IDs")
 
     def _ids_arrived(self, req: Request, n_ids: int, final: bool) -> None:
@@ -176,7 +182,7 @@ class PDD(Disaggregated):
                 req.pipeline = Route.P_RLD
             flow = st.wan_flow
             if flow is not None and not flow.done:
-                self.dep.wan.cancel(flow)
+                self.wan.cancel(flow)
                 req.wan_bytes -= flow.size - flow.sent  # only what left before the cancel crossed
                 # without the DRC the same time would have carried as much of the whole prompt
                 req.wan_bytes_no_drc -= req.input_tokens * self.dep.model.kv_bytes_per_token - flow.sent

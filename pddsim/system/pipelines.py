@@ -14,7 +14,7 @@ class Pipeline:
         self.env = env
         self.routers = routers
         self.on_end = on_end
-        self.dep: Deployment | None = None   # set once built: instances need the pipeline first
+        self.dep: Deployment                 # set once built: instances need the pipeline first
         self.tracer = None                   # a timeline told of every transfer, when one is kept
 
     def send(self, link, nbytes: float, on_arrival, req: Request, what: str):

@@ -52,6 +52,7 @@ class Replay:
             return
         start = self.cfg.session_start
         if start == "concurrent":
+            assert self.cfg.concurrent_sessions is not None     # the config requires it
             for _ in range(min(self.cfg.concurrent_sessions, len(self.sessions))):
                 self._start_session(self.next_session)
             return
@@ -60,6 +61,7 @@ class Replay:
         if start == "recorded":
             starts = firsts / ts
         else:
+            assert self.cfg.session_rate_rps is not None        # the config requires it
             gaps = self.rng.exponential(1.0 / (self.cfg.session_rate_rps * ts), len(self.sessions))
             starts = np.concatenate(([0.0], np.cumsum(gaps[1:])))
         if self.closed:
