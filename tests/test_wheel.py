@@ -2,6 +2,7 @@
 trace ship inside the wheel. Built from a copy of the sources, installed into a fresh venv outside
 the repository that borrows this environment's dependencies, run from an unrelated directory."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,8 +18,10 @@ SOURCES = ("pyproject.toml", "README.md", "pddsim", "configs", "traces")
 
 
 def run(*argv, cwd=None) -> subprocess.CompletedProcess:
+    """Without PYTHONPATH: the installed package must be what runs, not a checkout on the path."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run([str(a) for a in argv], cwd=cwd, capture_output=True, text=True,
-                          check=True)
+                          check=True, env=env)
 
 
 @pytest.fixture(scope="module")
