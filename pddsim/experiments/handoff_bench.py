@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import simpy
 
 from pddsim import catalog
@@ -229,26 +230,22 @@ def scenario_handoff(cfg: Config, base: HandoffBenchSpec = HandoffBenchSpec(), s
 def format_bench(result: dict) -> str:
     """Our figures beside the paper's, one row per handoff method, under the setup they came from;
     then, if measured, the same handoff on the paper scenario's own MD and WAN."""
-    keys = ("mean_ms", "max_ms", "std_ms")
+    methods = ("kv_transfer", "recompute")
 
-    def cells(stats: dict | None) -> str:
-        return "".join(f"{'-' if stats is None or stats[k] is None else f'{stats[k]:.1f}':>9}"
-                       for k in keys)
+    def block(title: str, res: dict, paper: dict | None) -> str:
+        sources = (("ours", res),) + ((("paper", paper),) if paper else ())
+        columns = {(source, key.removesuffix("_ms")): [
+            "-" if stats[m] is None or stats[m][key] is None else f"{stats[m][key]:.1f}"
+            for m in methods]
+            for source, stats in sources for key in ("mean_ms", "max_ms", "std_ms")}
+        table = pd.DataFrame(columns, index=pd.Index(methods, name="handoff (ms)")).to_string()
+        return f"{title}\n  setup: {_describe(res['setup'])}\n{table}"
 
-    def block(title: str, res: dict, paper: dict | None) -> list[str]:
-        head = "".join(f"{k.removesuffix('_ms'):>9}" for k in keys)
-        lines = [title, "  setup: " + _describe(res["setup"]),
-                 f"{'handoff (ms)':<14}{'ours':^27}{'paper' if paper else '':^27}",
-                 f"{'':<14}{head}{head if paper else ''}"]
-        lines += [f"{name:<14}{cells(res[name])}{cells(paper[name]) if paper else ''}"
-                  for name in ("kv_transfer", "recompute")]
-        return lines
-
-    lines = block("the paper's benchmark setup (reconstructed):", result, result["paper"])
+    blocks = [block("the paper's benchmark setup (reconstructed):", result, result["paper"])]
     if "scenario" in result:
-        lines += [""] + block(f"the same handoff on {result['scenario']['config']}'s own MD "
-                              "and WAN:", result["scenario"], None)
-    return "\n".join(line.rstrip() for line in lines)
+        blocks.append(block(f"the same handoff on {result['scenario']['config']}'s own MD and WAN:",
+                            result["scenario"], None))
+    return "\n\n".join(blocks)
 
 
 def _describe(setup: dict) -> str:
