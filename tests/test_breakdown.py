@@ -2,7 +2,6 @@
 restate the summary in the units such benchmarks use."""
 import numpy as np
 import pytest
-from helpers import config, workload
 from test_instance import utilization_for
 
 from pddsim.config import load_config
@@ -55,10 +54,10 @@ def test_stage_follows_the_path():
     assert (direct["stage_relay_decode_s"] == 0).all() and (direct["ttft_kv_wan_s"] > 0).all()
 
 
-def test_preempted_requests_spend_time_recomputing(tmp_path):
-    cfg = config(tmp_path, roles=(("colocated", 1),),
+def test_preempted_requests_spend_time_recomputing(make_config, make_workload):
+    cfg = make_config(roles=(("colocated", 1),),
                  batching={"memory_utilization": utilization_for(1408), "kv_block_tokens": 16})
-    result = simulate(cfg, workload(*[(0.001 * i, 300, 400) for i in range(6)]))
+    result = simulate(cfg, make_workload(*[(0.001 * i, 300, 400) for i in range(6)]))
     assert result.instances["preemptions"].sum() > 0
     df = result.requests
     assert_partition(df)

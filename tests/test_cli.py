@@ -8,7 +8,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from helpers import assert_input_error
 
 from pddsim import cli
 from pddsim.workload.stats import BUCKETS
@@ -144,43 +143,43 @@ def test_set_narrower_wan_raises_ttft(capsys):
     ("clusters.a.instances.5.tp=8", "clusters.a.instances.5.tp"),
     ("workload.limit", "workload.limit"),                  # no '='
 ])
-def test_set_bad_field_is_one_line_naming_it(capsys, override, named):
+def test_set_bad_field_is_one_line_naming_it(input_error, capsys, override, named):
     code, out, err = cli_run(capsys, "run", SAME_DC, "--quiet", "--set", override)
-    assert_input_error(code, err, named)
+    input_error(code, err, named)
     assert out == ""
 
 
 # ---- config errors -------------------------------------------------------------------------------------
 
-def test_unknown_field_in_config_file(capsys, tmp_path):
+def test_unknown_field_in_config_file(input_error, capsys, tmp_path):
     path = config_copy(tmp_path, lambda raw: raw["batching"].update(token_budgett=4096))
     for command in ("validate", "run"):
         code, _, err = cli_run(capsys, command, path)
-        assert_input_error(code, err, str(path), "batching.token_budgett")
+        input_error(code, err, str(path), "batching.token_budgett")
 
 
 @pytest.mark.parametrize("text, says", [
     ("name: [unclosed\nmodel: x\n", "not valid YAML"),
     ("- just\n- a list\n", "YAML mapping"),
 ])
-def test_config_not_a_yaml_mapping(capsys, tmp_path, text, says):
+def test_config_not_a_yaml_mapping(input_error, capsys, tmp_path, text, says):
     path = tmp_path / "broken.yaml"
     path.write_text(text)
     code, _, err = cli_run(capsys, "run", path)
-    assert_input_error(code, err, str(path), says)
+    input_error(code, err, str(path), says)
 
 
-def test_missing_config_file(capsys, tmp_path):
+def test_missing_config_file(input_error, capsys, tmp_path):
     path = tmp_path / "absent.yaml"
     code, _, err = cli_run(capsys, "validate", path)
-    assert_input_error(code, err, str(path))
+    input_error(code, err, str(path))
 
 
 @pytest.mark.parametrize("command", ["validate", "run"])
-def test_model_that_does_not_fit_names_the_instance_group(capsys, command):
+def test_model_that_does_not_fit_names_the_instance_group(input_error, capsys, command):
     code, out, err = cli_run(capsys, command, SAME_DC, "--set", "clusters.a.instances.0.tp=1",
                              *(["--quiet"] if command == "run" else []))
-    assert_input_error(code, err, "clusters.a.instances.0", "raise tp")
+    input_error(code, err, "clusters.a.instances.0", "raise tp")
     assert out == ""
 
 
@@ -263,9 +262,9 @@ def broken_trace(tmp_path) -> Path:
 
 @pytest.mark.parametrize("argv", [["run", SAME_DC, "--quiet", "--trace"], ["trace", "stats"]],
                          ids=["run", "stats"])
-def test_malformed_trace_line_is_named(capsys, broken_trace, argv):
+def test_malformed_trace_line_is_named(input_error, capsys, broken_trace, argv):
     code, out, err = cli_run(capsys, *argv, broken_trace)
-    assert_input_error(code, err, f"{broken_trace.resolve()}:3")
+    input_error(code, err, f"{broken_trace.resolve()}:3")
     assert out == ""
 
 
@@ -282,9 +281,9 @@ def test_run_trace_path_is_taken_literally(capsys, tmp_path, folder):
 
 @pytest.mark.parametrize("argv", [["run", "--nope"], [], ["trace"], ["run", "--seed", "x"]],
                          ids=["unknown-option", "no-command", "no-subcommand", "bad-int"])
-def test_usage_error_is_one_line(capsys, argv):
+def test_usage_error_is_one_line(input_error, capsys, argv):
     code, _, err = cli_run(capsys, *argv)
-    assert_input_error(code, err)
+    input_error(code, err)
 
 
 def test_internal_error_exits_1_with_one_line(capsys, monkeypatch):
@@ -313,21 +312,21 @@ def test_debug_shows_the_traceback_of_an_internal_error(capsys, monkeypatch, arg
     assert err.splitlines()[-1] == "RuntimeError: boom"
 
 
-def test_subprocess_usage_error():
+def test_subprocess_usage_error(input_error):
     proc = run_subprocess("run", "--nope")
     assert proc.stdout == ""
-    assert_input_error(proc.returncode, proc.stderr, "--nope")
+    input_error(proc.returncode, proc.stderr, "--nope")
 
 
-def test_subprocess_malformed_trace(broken_trace):
+def test_subprocess_malformed_trace(input_error, broken_trace):
     proc = run_subprocess("run", SAME_DC, "--quiet", "--trace", broken_trace)
     assert proc.stdout == ""
-    assert_input_error(proc.returncode, proc.stderr, f"{broken_trace.resolve()}:3")
+    input_error(proc.returncode, proc.stderr, f"{broken_trace.resolve()}:3")
 
 
 
-def test_time_scale_with_closed_loop_concurrent_starts_is_rejected(capsys):
+def test_time_scale_with_closed_loop_concurrent_starts_is_rejected(input_error, capsys):
     code, _, err = cli_run(capsys, "validate", SAME_DC, "--set", "workload.replay=closed",
                            "--set", "workload.session_start=concurrent",
                            "--set", "workload.concurrent_sessions=2", "--set", "workload.time_scale=2")
-    assert_input_error(code, err, "time_scale", "concurrent_sessions")
+    input_error(code, err, "time_scale", "concurrent_sessions")

@@ -3,7 +3,6 @@ import json
 
 import pytest
 import yaml
-from helpers import config, write_config
 
 from pddsim.cli import main
 from pddsim.experiments.capacity import at_load, find_capacity
@@ -22,10 +21,10 @@ def agents(sessions: int):
         output_sigma=0.3, think_mean=2, think_sigma=0.5, reset_prob=0, max_context=0), seed=0)
 
 
-def test_capacity_grows_with_instances(tmp_path):
+def test_capacity_grows_with_instances(make_config):
     w = poisson_workload(300, 10, 3000, 60, seed=0)
-    one = find_capacity(config(tmp_path, roles=(("colocated", 1),)), w)
-    two = find_capacity(config(tmp_path, roles=(("colocated", 2),)), w)
+    one = find_capacity(make_config(roles=(("colocated", 1),)), w)
+    two = find_capacity(make_config(roles=(("colocated", 2),)), w)
     assert one.result.summary["slo_attainment"] >= 0.9
     assert 1.6 < two.capacity_rps / one.capacity_rps < 2.4
 
@@ -36,11 +35,11 @@ def test_capacity_grows_with_instances(tmp_path):
     ({**CLOSED, "session_start": "poisson", "session_rate_rps": 0.5}, "time_scale"),
     ({**CLOSED, "session_start": "concurrent", "concurrent_sessions": 2}, "concurrent_sessions"),
 ])
-def test_capacity_is_a_rate_the_run_achieved(tmp_path, workload, knob):
+def test_capacity_is_a_rate_the_run_achieved(make_config, workload, knob):
     """Re-running at the reported load achieves exactly the reported rate within the SLO target,
     and a load 10% above it breaks the SLO: closed loop can fail too. In closed loop the trace's
     schedule (requests over the scaled recorded span) promises more than the run achieves."""
-    cfg = config(tmp_path, roles=(("colocated", 1),), per_token=1e-4, workload={**CLOSED, **workload})
+    cfg = make_config(roles=(("colocated", 1),), per_token=1e-4, workload={**CLOSED, **workload})
     w = agents(30)
     cap = find_capacity(cfg, w)
     assert cap.found and cap.knob == knob
@@ -54,10 +53,10 @@ def test_capacity_is_a_rate_the_run_achieved(tmp_path, workload, knob):
         assert cap.capacity_rps < 0.8 * len(w) / (span / cap.load)
 
 
-def test_capacity_not_found_when_the_slo_never_breaks(tmp_path, capsys):
+def test_capacity_not_found_when_the_slo_never_breaks(make_config, tmp_path, capsys):
     """Four closed-loop sessions cannot load two instances: every session in flight at once still
     meets the SLO, so the search says it found no capacity and gives the rate it reached."""
-    cfg = config(tmp_path, roles=(("colocated", 2),), workload=CLOSED)
+    cfg = make_config(roles=(("colocated", 2),), workload=CLOSED)
     cap = find_capacity(cfg, agents(4))
     assert not cap.found and cap.capacity_rps is None
     assert cap.lower_bound_rps == cap.result.summary["achieved_rps"] > 0
@@ -78,9 +77,9 @@ def test_capacity_not_found_when_the_slo_never_breaks(tmp_path, capsys):
         cap.lower_bound_rps)
 
 
-def test_compare_runs_every_system_on_one_workload(tmp_path):
+def test_compare_runs_every_system_on_one_workload(make_config):
     w = poisson_workload(200, 5, 3000, 60, seed=0)
-    small, big = config(tmp_path, roles=(("colocated", 1),)), config(tmp_path, roles=(("colocated", 3),))
+    small, big = make_config(roles=(("colocated", 1),)), make_config(roles=(("colocated", 3),))
     rows = compare([small, big], w)
     assert [r["requests_total"] for r in rows] == [200, 200]
     assert rows[1]["ttft_p90_s"] < rows[0]["ttft_p90_s"]
@@ -88,9 +87,9 @@ def test_compare_runs_every_system_on_one_workload(tmp_path):
     assert "TTFT P90 s" in table and "%)" in table      # deltas against the first
 
 
-def test_compare_and_capacity_json(tmp_path, capsys):
-    a = write_config(tmp_path, "one", (("colocated", 1),), 8)
-    b = write_config(tmp_path, "two", (("colocated", 2),), 8)
+def test_compare_and_capacity_json(config_file, capsys):
+    a = config_file("one", (("colocated", 1),), 8)
+    b = config_file("two", (("colocated", 2),), 8)
     assert main(["compare", str(a), str(b), "--json", "--quiet"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["system"] for r in rows] == ["one", "two"]
@@ -99,8 +98,8 @@ def test_compare_and_capacity_json(tmp_path, capsys):
     assert cap["capacity_rps"] > 0 and "bcr" in cap and cap["slo_attainment"] >= 0.9
 
 
-def test_check_passes_then_fails_when_a_pin_moves(tmp_path, capsys):
-    cfg = write_config(tmp_path, "pinned", (("colocated", 1),), 5)
+def test_check_passes_then_fails_when_a_pin_moves(config_file, tmp_path, capsys):
+    cfg = config_file("pinned", (("colocated", 1),), 5)
     golden = tmp_path / "golden.yaml"
     golden.write_text(yaml.safe_dump({"scenarios": [{"config": cfg.name, "pins": {
         "ttft_p50_s": {"value": 0, "rel": 0.05}, "requests_completed": {"value": 0, "abs": 0}}}]}))

@@ -1,7 +1,6 @@
 """The batching engine on hand-computable cases (iteration time = 0.01 s + 1e-5 s per token)."""
 import numpy as np
 import pytest
-from helpers import config, workload
 
 from pddsim import catalog
 from pddsim.sim import simulate
@@ -19,27 +18,27 @@ def it(tokens):
     return BASE + PER * tokens
 
 
-def test_colocated_single_request_times(tmp_path):
-    cfg = config(tmp_path, roles=(("colocated", 1),))
-    r = simulate(cfg, workload((0.0, 100, 5))).requests.iloc[0]
+def test_colocated_single_request_times(make_config, make_workload):
+    cfg = make_config(roles=(("colocated", 1),))
+    r = simulate(cfg, make_workload((0.0, 100, 5))).requests.iloc[0]
     assert r.ttft_s == pytest.approx(it(100))                 # one prefill iteration
     assert r.e2e_s == pytest.approx(it(100) + 4 * it(1))      # four one-token decode iterations
     assert r.tpot_s == pytest.approx(it(1))
     assert r.tokens_out == 5
 
 
-def test_chunked_prefill_takes_one_iteration_per_chunk(tmp_path):
-    cfg = config(tmp_path, roles=(("colocated", 1),), batching={"prefill_chunk": 300})
-    r = simulate(cfg, workload((0.0, 1000, 1))).requests.iloc[0]
+def test_chunked_prefill_takes_one_iteration_per_chunk(make_config, make_workload):
+    cfg = make_config(roles=(("colocated", 1),), batching={"prefill_chunk": 300})
+    r = simulate(cfg, make_workload((0.0, 1000, 1))).requests.iloc[0]
     assert r.ttft_s == pytest.approx(3 * it(300) + it(100))
 
 
-def test_arrival_mid_decode_joins_at_the_next_iteration_boundary(tmp_path):
-    cfg = config(tmp_path, roles=(("colocated", 1),))
+def test_arrival_mid_decode_joins_at_the_next_iteration_boundary(make_config, make_workload):
+    cfg = make_config(roles=(("colocated", 1),))
     # A: prefill 100 tok (ends 0.011), then decodes alone at 0.01001 s/iter.
     # B arrives at 0.05: the iteration in flight ends at 0.011 + 4*0.01001 = 0.05104; B's 50-token
     # prefill shares the next iteration with A's decode token (51 tokens).
-    res = simulate(cfg, workload((0.0, 100, 20), (0.05, 50, 3))).requests
+    res = simulate(cfg, make_workload((0.0, 100, 20), (0.05, 50, 3))).requests
     a, b = res.iloc[0], res.iloc[1]
     boundary = it(100) + 4 * it(1)
     assert b.ttft_s == pytest.approx(boundary + it(51) - 0.05)
@@ -50,9 +49,9 @@ def test_arrival_mid_decode_joins_at_the_next_iteration_boundary(tmp_path):
     assert a.tokens_out == 20 and b.tokens_out == 3
 
 
-def test_pd_first_token_arrives_with_the_kv(tmp_path):
-    cfg = config(tmp_path)
-    res = simulate(cfg, workload((0.0, 1000, 3)))
+def test_pd_first_token_arrives_with_the_kv(make_config, make_workload):
+    cfg = make_config()
+    res = simulate(cfg, make_workload((0.0, 1000, 3)))
     r = res.requests.iloc[0]
     kv = 1000 * 327_680                                           # llama-3.1-70b bytes per token
     transfer = kv / (400e9 / 8)
@@ -62,26 +61,26 @@ def test_pd_first_token_arrives_with_the_kv(tmp_path):
     assert res.links["rdma:a"]["bytes"] == pytest.approx(kv)
 
 
-def test_memory_pressure_preempts_and_recomputes_but_every_token_arrives(tmp_path):
-    cfg = config(tmp_path, roles=(("colocated", 1),),
+def test_memory_pressure_preempts_and_recomputes_but_every_token_arrives(make_config, make_workload):
+    cfg = make_config(roles=(("colocated", 1),),
                  batching={"memory_utilization": utilization_for(1408), "kv_block_tokens": 16})
     reqs = [(0.001 * i, 300, 400) for i in range(6)]
-    res = simulate(cfg, workload(*reqs))
+    res = simulate(cfg, make_workload(*reqs))
     df = res.requests
     assert (df.status == "completed").all()
     assert (df.tokens_out == df.output_tokens).all()
     assert res.instances.preemptions.sum() > 0
 
 
-def test_request_larger_than_memory_fails_with_a_reason(tmp_path):
-    cfg = config(tmp_path, roles=(("colocated", 1),),
+def test_request_larger_than_memory_fails_with_a_reason(make_config, make_workload):
+    cfg = make_config(roles=(("colocated", 1),),
                  batching={"memory_utilization": utilization_for(1408)})
-    df = simulate(cfg, workload((0.0, 50_000, 2), (0.0, 100, 2))).requests
+    df = simulate(cfg, make_workload((0.0, 50_000, 2), (0.0, 100, 2))).requests
     assert list(df.status) == ["failed", "completed"]
     assert "KV memory" in df.failure.iloc[0]
 
 
-def test_one_server_one_at_a_time_matches_md1(tmp_path):
+def test_one_server_one_at_a_time_matches_md1(make_config, make_workload):
     """max_batch 1, one-token outputs, constant service D: the M/D/1 queue.
     Mean time in system = D + rho * D / (2 (1 - rho))."""
     d = it(1000)
@@ -89,8 +88,8 @@ def test_one_server_one_at_a_time_matches_md1(tmp_path):
     rng = np.random.default_rng(7)
     n = 20000
     arrivals = np.cumsum(rng.exponential(1 / lam, n))
-    cfg = config(tmp_path, roles=(("colocated", 1),), batching={"max_batch": 1})
-    df = simulate(cfg, workload(*[(float(t), 1000, 1) for t in arrivals])).requests
+    cfg = make_config(roles=(("colocated", 1),), batching={"max_batch": 1})
+    df = simulate(cfg, make_workload(*[(float(t), 1000, 1) for t in arrivals])).requests
     rho = lam * d
     expected = d + rho * d / (2 * (1 - rho))
     assert df.e2e_s.mean() == pytest.approx(expected, rel=0.05)

@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-from helpers import config, workload
 from test_instance import utilization_for
 
 from pddsim.cli import main
@@ -34,11 +33,11 @@ def test_observing_changes_nothing(path):
     assert not watched.timeseries.empty and watched.timeline.events
 
 
-def test_memory_pressure_shows_in_occupancy_and_blocking(tmp_path):
-    cfg = config(tmp_path, roles=(("colocated", 1),),
+def test_memory_pressure_shows_in_occupancy_and_blocking(make_config, make_workload):
+    cfg = make_config(roles=(("colocated", 1),),
                  batching={"memory_utilization": utilization_for(1408), "kv_block_tokens": 16},
                  observe={"sample_s": 0.01})
-    res = simulate(cfg, workload(*[(0.001 * i, 300, 400) for i in range(6)]))
+    res = simulate(cfg, make_workload(*[(0.001 * i, 300, 400) for i in range(6)]))
     row = res.instances.iloc[0]
     assert row["kv_occupancy_p99"] > 0.9
     assert row["memory_blocked_share"] > 0
@@ -47,13 +46,13 @@ def test_memory_pressure_shows_in_occupancy_and_blocking(tmp_path):
     assert occupancy.max() <= 1.0          # never over-committed at any sample
 
 
-def test_link_utilization_matches_bytes_over_capacity(tmp_path):
+def test_link_utilization_matches_bytes_over_capacity(make_config, make_workload):
     """On a link with constant capacity, the sampled mean utilisation is the bytes carried over
     the capacity-time, up to the windows' edges."""
-    cfg = config(tmp_path, two_clusters=True, wan={"bandwidth_gbps": 1, "rtt_ms": 0},
+    cfg = make_config(two_clusters=True, wan={"bandwidth_gbps": 1, "rtt_ms": 0},
                  observe={"sample_s": 1.0})
     reqs = [(2.0 * i, 4000, 3) for i in range(60)]
-    res = simulate(cfg, workload(*reqs))
+    res = simulate(cfg, make_workload(*reqs))
     wan = res.links["wan"]
     windows = np.floor(res.summary["sim_duration_s"])
     expected = wan["bytes"] / (1e9 / 8 * windows)

@@ -1,6 +1,5 @@
 """PDD's mechanisms: dual path, relay decode, extend-decode handoff, DRC, path policies."""
 import pytest
-from helpers import config, workload
 
 from pddsim.sim import simulate
 from pddsim.workload.synthetic import poisson_workload
@@ -9,17 +8,17 @@ KV = 327_680
 PDD_ROLES = (("prefill", 1), ("relay", 1), ("decode", 1))
 
 
-def pdd(tmp_path, wan_gbps=10, **pdd_cfg):
-    return config(tmp_path, roles=PDD_ROLES, two_clusters=True,
+def pdd(make_config, wan_gbps=10, **pdd_cfg):
+    return make_config(roles=PDD_ROLES, two_clusters=True,
                   wan={"bandwidth_gbps": wan_gbps, "rtt_ms": 20},
                   prefix_cache={"decode_tokens": None}, policies={"decode_router": "cache_affinity"},
                   pdd=pdd_cfg)
 
 
-def test_relay_streams_first_then_hands_off_without_gap_or_duplicate(tmp_path):
+def test_relay_streams_first_then_hands_off_without_gap_or_duplicate(make_config, make_workload):
     # 8k tokens of llama KV = 2.7 GB: ~2.1 s over 10 Gbps, the RLD streams meanwhile
-    cfg = pdd(tmp_path, handoff="one_shot", path_policy="always_relay")
-    res = simulate(cfg, workload((0.0, 8192, 400)))
+    cfg = pdd(make_config, handoff="one_shot", path_policy="always_relay")
+    res = simulate(cfg, make_workload((0.0, 8192, 400)))
     r = res.requests.iloc[0]
     assert r.pipeline == "p_rld_md"
     assert r.tokens_out == r.output_tokens == 400
@@ -33,21 +32,21 @@ def test_relay_streams_first_then_hands_off_without_gap_or_duplicate(tmp_path):
     assert res.summary["rld_token_share"] == pytest.approx(r.relay_tokens / 400)
 
 
-def test_catch_up_ends_with_the_gap_at_or_under_the_threshold(tmp_path):
-    cfg = pdd(tmp_path, handoff="catch_up", path_policy="always_relay", catch_up_tokens=16)
-    r = simulate(cfg, workload((0.0, 8192, 600))).requests.iloc[0]
+def test_catch_up_ends_with_the_gap_at_or_under_the_threshold(make_config, make_workload):
+    cfg = pdd(make_config, handoff="catch_up", path_policy="always_relay", catch_up_tokens=16)
+    r = simulate(cfg, make_workload((0.0, 8192, 600))).requests.iloc[0]
     assert r.handoffs > 1
     assert 1 <= r.handoff_tail_tokens <= 16
     assert r.tokens_out == 600
-    one_shot = simulate(pdd(tmp_path, handoff="one_shot", path_policy="always_relay"),
-                        workload((0.0, 8192, 600))).requests.iloc[0]
+    one_shot = simulate(pdd(make_config, handoff="one_shot", path_policy="always_relay"),
+                        make_workload((0.0, 8192, 600))).requests.iloc[0]
     assert r.handoff_stall_s < one_shot.handoff_stall_s      # small stalls instead of one big one
     assert r.relay_tokens > one_shot.relay_tokens            # the RLD works longer
 
 
-def test_short_output_finishes_on_the_relay_and_cancels_the_wan(tmp_path):
-    cfg = pdd(tmp_path, path_policy="always_relay")
-    res = simulate(cfg, workload((0.0, 8192, 20)))
+def test_short_output_finishes_on_the_relay_and_cancels_the_wan(make_config, make_workload):
+    cfg = pdd(make_config, path_policy="always_relay")
+    res = simulate(cfg, make_workload((0.0, 8192, 20)))
     r = res.requests.iloc[0]
     assert r.pipeline == "p_rld" and r.tokens_out == 20 and r.handoffs == 0
     assert 0 < r.wan_bytes < 8192 * KV                      # cancelled part-way
@@ -56,24 +55,24 @@ def test_short_output_finishes_on_the_relay_and_cancels_the_wan(tmp_path):
     assert r.wan_bytes_no_drc == pytest.approx(r.wan_bytes)
 
 
-def test_predictive_filter_never_starts_the_wan(tmp_path):
-    cfg = pdd(tmp_path, anomaly_filter={"min_input_tokens": 4096, "max_output_tokens": 32})
-    r = simulate(cfg, workload((0.0, 8192, 20))).requests.iloc[0]
+def test_predictive_filter_never_starts_the_wan(make_config, make_workload):
+    cfg = pdd(make_config, anomaly_filter={"min_input_tokens": 4096, "max_output_tokens": 32})
+    r = simulate(cfg, make_workload((0.0, 8192, 20))).requests.iloc[0]
     assert r.pipeline == "p_rld" and r.wan_bytes == 0
 
 
-def test_high_hit_request_goes_straight_to_the_md(tmp_path):
+def test_high_hit_request_goes_straight_to_the_md(make_config, make_workload):
     chain = list(range(1, 129))                         # 128 blocks of 64 tokens
-    w = workload((0.0, 8192, 400, chain, 64), (10.0, 8256, 400, chain + [999], 64))
-    df = simulate(pdd(tmp_path), w).requests
+    w = make_workload((0.0, 8192, 400, chain, 64), (10.0, 8256, 400, chain + [999], 64))
+    df = simulate(pdd(make_config), w).requests
     assert list(df.pipeline) == ["p_rld_md", "p_md"]   # cold first turn relayed, second not
     assert df.hit_tokens_decode.iloc[1] == 8192
     assert df.wan_bytes.iloc[1] == pytest.approx(64 * KV)   # DRC: only the new block crosses
 
 
-def test_drc_never_sends_a_block_the_md_holds(tmp_path):
+def test_drc_never_sends_a_block_the_md_holds(make_config):
     w = poisson_workload(150, 3, 6000, 40, shared_prefix_tokens=4096, block_tokens=64, seed=2)
-    res = simulate(pdd(tmp_path, path_policy="never_relay"), w)
+    res = simulate(pdd(make_config, path_policy="never_relay"), w)
     df = res.requests
     assert (df.wan_bytes == (df.input_tokens - df.hit_tokens_decode) * KV).all()
     later = df[df.arrival_s > df.finish_s.iloc[0]]           # once the first KV has landed
@@ -81,11 +80,11 @@ def test_drc_never_sends_a_block_the_md_holds(tmp_path):
     assert res.summary["wan_bytes"] < res.summary["wan_bytes_no_drc"]
 
 
-def test_finishing_on_the_relay_overloads_it(tmp_path):
+def test_finishing_on_the_relay_overloads_it(make_config):
     """A small RLD (4 GPUs) masks latency for 8k-token prompts easily, but decoding 1,500 tokens
     of each to the end fills its memory: preemptions, queueing, TTFT blows up (PDD.md 3.5)."""
     def run(policy):
-        cfg = config(tmp_path, roles=(("prefill", 3), ("relay", 1, 4), ("decode", 2)),
+        cfg = make_config(roles=(("prefill", 3), ("relay", 1, 4), ("decode", 2)),
                      two_clusters=True, roofline=True, wan={"bandwidth_gbps": 100, "rtt_ms": 20},
                      pdd={"relay_above_s": 0.1, "path_policy": policy})
         return simulate(cfg, poisson_workload(300, 4, 8000, 1500, seed=4))
@@ -96,9 +95,9 @@ def test_finishing_on_the_relay_overloads_it(tmp_path):
 
 
 @pytest.mark.parametrize("handoff", ["one_shot", "catch_up", "adaptive"])
-def test_every_token_arrives_under_load(tmp_path, handoff):
+def test_every_token_arrives_under_load(make_config, handoff):
     w = poisson_workload(400, 8, 6000, 200, shared_prefix_tokens=2048, block_tokens=64, seed=1)
-    res = simulate(pdd(tmp_path, handoff=handoff), w)
+    res = simulate(pdd(make_config, handoff=handoff), w)
     df = res.requests
     assert (df.status == "completed").all()
     assert (df.tokens_out == df.output_tokens).all()
@@ -121,11 +120,11 @@ def _sessions(n_sessions=12, turns=8):
     return Workload(reqs, sessions=n_sessions)
 
 
-def test_unaligned_md_routing_lets_the_md_cache_drift_behind(tmp_path):
+def test_unaligned_md_routing_lets_the_md_cache_drift_behind(make_config):
     """Without alignment a session's turns scatter over the MDs: the MD-side hit rate falls behind
     the P side's and more KV crosses the WAN (the drift PDD.md 3.7 reports)."""
     def run(router):
-        cfg = config(tmp_path, roles=(("prefill", 1), ("relay", 1), ("decode", 4)), two_clusters=True,
+        cfg = make_config(roles=(("prefill", 1), ("relay", 1), ("decode", 4)), two_clusters=True,
                      wan={"bandwidth_gbps": 100, "rtt_ms": 20}, prefix_cache={"decode_tokens": None},
                      policies={"decode_router": router}, pdd={"path_policy": "never_relay"})
         return simulate(cfg, _sessions()).summary
@@ -136,29 +135,29 @@ def test_unaligned_md_routing_lets_the_md_cache_drift_behind(tmp_path):
     assert drifting["wan_bytes"] > 1.5 * aligned["wan_bytes"]
 
 
-def test_drc_switch_off_sends_every_prompt_whole(tmp_path):
-    cfg = config(tmp_path, roles=PDD_ROLES, two_clusters=True, prefix_cache={"decode_tokens": 0},
+def test_drc_switch_off_sends_every_prompt_whole(make_config):
+    cfg = make_config(roles=PDD_ROLES, two_clusters=True, prefix_cache={"decode_tokens": 0},
                  pdd={"path_policy": "never_relay"})
     s = simulate(cfg, _sessions()).summary
     assert s["wan_bytes"] == pytest.approx(s["wan_bytes_no_drc"])
     assert s["prefix_hit_rate_md"] == 0
 
 
-def test_a_catch_up_part_the_md_cannot_hold_never_ends_the_request(tmp_path):
+def test_a_catch_up_part_the_md_cannot_hold_never_ends_the_request(make_config, make_workload):
     """An MD of 2 x H100 holds ~8.5k tokens of KV: the prompt lands, but a catch-up part on top of
     it cannot fit. Catch-up stops there and the RLD finishes the request; the other request, issued
     later, is still served (a failing shadow used to end the request in its name and stop the run)."""
-    cfg = config(tmp_path, roles=(("prefill", 1), ("relay", 1), ("decode", 1, 2)), two_clusters=True,
+    cfg = make_config(roles=(("prefill", 1), ("relay", 1), ("decode", 1, 2)), two_clusters=True,
                  prefix_cache={"decode_tokens": 0},
                  pdd={"handoff": "catch_up", "path_policy": "always_relay", "catch_up_tokens": 16})
-    df = simulate(cfg, workload((0.0, 8400, 1000), (5.0, 2000, 100))).requests
+    df = simulate(cfg, make_workload((0.0, 8400, 1000), (5.0, 2000, 100))).requests
     assert list(df.request) == [0, 1]
     assert (df.status == "completed").all() and (df.tokens_out == df.output_tokens).all()
     first = df.iloc[0]
     assert first.pipeline == "p_rld" and first.relay_tokens == 1000 and first.handoffs == 0
 
 
-def test_a_request_ending_twice_stops_the_run(tmp_path, monkeypatch):
+def test_a_request_ending_twice_stops_the_run(make_config, make_workload, monkeypatch):
     from pddsim.errors import InvariantError
     from pddsim.system.pipelines import Pipeline
 
@@ -167,16 +166,16 @@ def test_a_request_ending_twice_stops_the_run(tmp_path, monkeypatch):
         self._end(req)
     monkeypatch.setattr(Pipeline, "finished", finished_twice)
     with pytest.raises(InvariantError, match="request 0 ended twice"):
-        simulate(pdd(tmp_path), workload((0.0, 1000, 10), (1.0, 1000, 10)))
+        simulate(pdd(make_config), make_workload((0.0, 1000, 10), (1.0, 1000, 10)))
 
 
-def test_a_request_ending_at_its_final_handoff_boundary_ended_on_the_relay(tmp_path):
+def test_a_request_ending_at_its_final_handoff_boundary_ended_on_the_relay(make_config, make_workload):
     """The final handoff leaves at the boundary after it is decided; a request whose last token is
     made there (213 tokens here) never reaches the MD: it is an RLD-only request, not a dual-path
     one with no relay tokens."""
-    cfg = pdd(tmp_path, handoff="one_shot", path_policy="always_relay")
+    cfg = pdd(make_config, handoff="one_shot", path_policy="always_relay")
     for out in range(205, 221):
-        r = simulate(cfg, workload((0.0, 8192, out))).requests.iloc[0]
+        r = simulate(cfg, make_workload((0.0, 8192, out))).requests.iloc[0]
         assert r.tokens_out == out
         if r.pipeline == "p_rld_md":
             assert r.handoffs == 1 and 0 < r.relay_tokens < out, out
@@ -184,13 +183,13 @@ def test_a_request_ending_at_its_final_handoff_boundary_ended_on_the_relay(tmp_p
             assert r.pipeline == "p_rld" and r.relay_tokens == out and r.handoffs == 0, out
 
 
-def test_a_preemption_on_the_md_is_not_a_handoff_stall(tmp_path):
+def test_a_preemption_on_the_md_is_not_a_handoff_stall(make_config, make_workload):
     """Two handed-over requests outgrow an MD of ~8.5k tokens: the newer one is preempted and
     recomputes. Its handoff stall stays the handoff's; the recompute gap shows in its ITL."""
-    cfg = config(tmp_path, roles=(("prefill", 1), ("relay", 1), ("decode", 1, 2)), two_clusters=True,
+    cfg = make_config(roles=(("prefill", 1), ("relay", 1), ("decode", 1, 2)), two_clusters=True,
                  prefix_cache={"decode_tokens": 0},
                  pdd={"handoff": "one_shot", "path_policy": "always_relay"})
-    res = simulate(cfg, workload((0.0, 3000, 3000), (0.1, 3000, 3000)))
+    res = simulate(cfg, make_workload((0.0, 3000, 3000), (0.1, 3000, 3000)))
     df = res.requests
     assert res.instances.set_index("role").preemptions["decode"] >= 1
     assert (df.tokens_out == 3000).all() and (df.handoffs == 1).all()
@@ -198,14 +197,15 @@ def test_a_preemption_on_the_md_is_not_a_handoff_stall(tmp_path):
     assert df.itl_max_s.max() > 1.0                        # the preempted one waited much longer
 
 
-def test_a_request_still_queued_at_the_relay_when_its_kv_reaches_the_md_goes_to_the_md(tmp_path):
+def test_a_request_still_queued_at_the_relay_when_its_kv_reaches_the_md_goes_to_the_md(
+        make_config, make_workload):
     """A small RLD (2 GPUs, ~8.5k tokens) is full with a long request; the next one waits there.
     Once its KV is on the MD, the MD serves it at once instead of after the RLD frees up."""
-    cfg = config(tmp_path, roles=(("prefill", 1), ("relay", 1, 2), ("decode", 1)), two_clusters=True,
+    cfg = make_config(roles=(("prefill", 1), ("relay", 1, 2), ("decode", 1)), two_clusters=True,
                  wan={"bandwidth_gbps": 100, "rtt_ms": 20}, prefix_cache={"decode_tokens": 0},
                  pdd={"handoff": "one_shot", "path_policy": "always_relay",
                       "anomaly_filter": {"min_input_tokens": 6000, "max_output_tokens": 5000}})
-    df = simulate(cfg, workload((0.0, 6000, 2000), (0.1, 4000, 300))).requests
+    df = simulate(cfg, make_workload((0.0, 6000, 2000), (0.1, 4000, 300))).requests
     assert df.pipeline.iloc[0] == "p_rld"                  # holds the RLD for ~20 s
     second = df.iloc[1]
     assert second.pipeline == "p_md" and second.relay_tokens == 0 and second.handoffs == 0
@@ -213,13 +213,13 @@ def test_a_request_still_queued_at_the_relay_when_its_kv_reaches_the_md_goes_to_
     assert second.ttft_s < 1.0                             # not the ~20 s the RLD stays busy
 
 
-def test_the_filter_catches_long_input_short_output_traffic(tmp_path):
+def test_the_filter_catches_long_input_short_output_traffic(make_config, make_workload):
     """A mix with a few long-prompt, few-token requests (PDD.md 3.6): the filter sends those, and
     only those, to finish on the RLD without touching the WAN."""
     ordinary = [(0.5 * i, 6000, 300) for i in range(20)]
     anomalous = [(0.5 * i + 0.25, 12000, 16) for i in range(0, 20, 5)]
-    w = workload(*sorted(ordinary + anomalous))
-    cfg = pdd(tmp_path, wan_gbps=100,
+    w = make_workload(*sorted(ordinary + anomalous))
+    cfg = pdd(make_config, wan_gbps=100,
               anomaly_filter={"min_input_tokens": 8192, "max_output_tokens": 32})
     df = simulate(cfg, w).requests
     caught = df.pipeline == "p_rld"

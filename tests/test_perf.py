@@ -153,8 +153,8 @@ def test_vector_iterations_match_single_ones():
         [p.iteration(t, a, k, a) for t, a, k in zip(tokens.tolist(), pairs.tolist(), kv.tolist())])
 
 
-def test_measured_table_interpolates_bilinearly(tmp_path):
-    table = MeasuredTable(linear_table(tmp_path / "t.csv", 0.01, 1e-5))
+def test_measured_table_interpolates_bilinearly(perf_table, tmp_path):
+    table = MeasuredTable(perf_table(tmp_path / "t.csv", 0.01, 1e-5))
     assert table.iteration(500, 0, 123) == pytest.approx(0.01 + 500e-5)
     run = table.decode_run(4, 100, 10)
     assert run.total_s == pytest.approx(10 * (0.01 + 4e-5))

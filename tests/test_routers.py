@@ -1,8 +1,6 @@
 """What routers see: queued work net of prefix hits, loads current within a decode segment."""
 from pathlib import Path
 
-from helpers import config, workload
-
 from pddsim.config import load_config
 from pddsim.sim import load_workload, simulate
 
@@ -11,13 +9,13 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 PREFIX = tuple(range(1, 101))                     # a session's context: 100 blocks of 100 tokens
 
 
-def test_a_queue_of_cache_hits_does_not_push_the_next_turn_away_from_its_prefix(tmp_path):
+def test_a_queue_of_cache_hits_does_not_push_the_next_turn_away_from_its_prefix(make_config, make_workload):
     # P0 computes the session's context first; then turns re-sending it arrive 1 ms apart while
     # P0 runs one request at a time. Each queued turn costs P0 only its 100 uncached tokens, so
     # every turn stays where its 10,000-token prefix is cached (P1 would recompute all of it).
-    cfg = config(tmp_path, roles=(("prefill", 2), ("decode", 1)), batching={"max_batch": 1})
+    cfg = make_config(roles=(("prefill", 2), ("decode", 1)), batching={"max_batch": 1})
     turns = [(1.0 + 0.001 * i, 10_100, 1, PREFIX + (1000 + i,), 100) for i in range(5)]
-    df = simulate(cfg, workload((0.0, 10_000, 1, PREFIX, 100), *turns)).requests
+    df = simulate(cfg, make_workload((0.0, 10_000, 1, PREFIX, 100), *turns)).requests
     assert list(df.hit_tokens[1:]) == [10_000] * 5
 
 

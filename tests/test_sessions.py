@@ -1,6 +1,5 @@
 """Per-session task completion and its slowdown against a zero-queue run."""
 import pytest
-from helpers import config
 
 from pddsim.sessions import COLUMNS, session_summary, session_table
 from pddsim.sim import simulate
@@ -23,9 +22,9 @@ def alone(todo: int, output: int) -> float:
     return prefill + (output - 1) * iteration(1)
 
 
-def run(tmp_path, w: Workload, **kw):
+def run(make_config, w: Workload, **kw):
     kw.setdefault("workload", CLOSED)
-    cfg = config(tmp_path, base=BASE, per_token=PER_TOKEN, **kw)
+    cfg = make_config(base=BASE, per_token=PER_TOKEN, **kw)
     res = simulate(cfg, w)
     return res.requests, session_table(cfg, w, res.requests).set_index("session")
 
@@ -49,8 +48,8 @@ def chats(sessions=3, turns=3, gap_s=100.0, tokens=300) -> Workload:
                      for arrival, s, t in order], sessions=sessions)
 
 
-def test_ideal_completion_is_hand_computed_and_contention_stretches_it(tmp_path):
-    df, table = run(tmp_path, two_tasks(second_start=0.0), roles=(("colocated", 1),),
+def test_ideal_completion_is_hand_computed_and_contention_stretches_it(make_config):
+    df, table = run(make_config, two_tasks(second_start=0.0), roles=(("colocated", 1),),
                     batching={"prefill_chunk": CHUNK})
     assert list(df.hit_tokens) == [0, 0, 100]         # the second turn reuses the first's prompt
     assert list(table.columns) == COLUMNS[1:]
@@ -62,8 +61,8 @@ def test_ideal_completion_is_hand_computed_and_contention_stretches_it(tmp_path)
     assert (table.slowdown > 1).all()                 # both tasks' first turns shared iterations
 
 
-def test_open_loop_ideal_keeps_the_recorded_arrivals(tmp_path):
-    _, table = run(tmp_path, two_tasks(second_start=0.5), roles=(("colocated", 1),),
+def test_open_loop_ideal_keeps_the_recorded_arrivals(make_config):
+    _, table = run(make_config, two_tasks(second_start=0.5), roles=(("colocated", 1),),
                    batching={"prefill_chunk": CHUNK}, workload={"trace": "x"})
     assert table.loc[0, "ideal_s"] == pytest.approx(9.0 + alone(100, 2), abs=1e-12)
     assert table.slowdown.to_numpy() == pytest.approx([1.0, 1.0], abs=1e-9)
@@ -79,54 +78,54 @@ def test_open_loop_ideal_keeps_the_recorded_arrivals(tmp_path):
     {"roles": (("prefill", 1), ("decode", 1)), "roofline": True,
      "batching": {"prefill_chunk": 128}},
 ], ids=["colocated", "pd", "pd-wan-drc", "pdd-relay", "pd-roofline"])
-def test_one_request_at_a_time_has_no_slowdown(tmp_path, deployment):
-    df, table = run(tmp_path, chats(), **deployment)
+def test_one_request_at_a_time_has_no_slowdown(make_config, deployment):
+    df, table = run(make_config, chats(), **deployment)
     assert df.hit_tokens.sum() > 0
     assert table.slowdown.to_numpy() == pytest.approx(1.0, abs=1e-9)
 
 
-def test_fewer_instances_stretch_tasks(tmp_path):
+def test_fewer_instances_stretch_tasks(make_config):
     w = chats(sessions=8, gap_s=0.0, tokens=2000)
-    _, busy = run(tmp_path, w, roles=(("colocated", 1),))
-    _, roomy = run(tmp_path, w, roles=(("colocated", 4),))
+    _, busy = run(make_config, w, roles=(("colocated", 1),))
+    _, roomy = run(make_config, w, roles=(("colocated", 4),))
     assert busy.slowdown.median() > roomy.slowdown.median() > 1
     assert busy.completion_s.mean() > roomy.completion_s.mean()
 
 
-def test_loaded_wan_stretches_tasks_against_the_nominal_line(tmp_path):
+def test_loaded_wan_stretches_tasks_against_the_nominal_line(make_config):
     wan = {"bandwidth_gbps": 1, "rtt_ms": 40}
-    _, free = run(tmp_path, chats(), two_clusters=True, wan=wan)
-    _, loaded = run(tmp_path, chats(), two_clusters=True,
+    _, free = run(make_config, chats(), two_clusters=True, wan=wan)
+    _, loaded = run(make_config, chats(), two_clusters=True,
                     wan={**wan, "background": {"mean": 0.5, "std": 0.0}})
     assert loaded.ideal_s.to_numpy() == pytest.approx(free.completion_s.to_numpy(), rel=1e-9)
     assert (loaded.slowdown > 1.2).all()
 
 
-def test_sub_agents_count_along_the_critical_path(tmp_path):
+def test_sub_agents_count_along_the_critical_path(make_config):
     """A parent spawns a long sub-agent and a short one that takes a second turn after a long
     think: the task ends with the short one's branch, not with the sum of its requests."""
     w = Workload([TraceRequest(0.0, 100, 2, session_id=0),
                   TraceRequest(1.0, 100, 100, session_id=0, think_s=1.0, follows=0),
                   TraceRequest(1.0, 100, 2, session_id=0, think_s=1.0, follows=0),
                   TraceRequest(2.0, 100, 2, session_id=0, think_s=5.0, follows=2)], sessions=1)
-    _, table = run(tmp_path, w, roles=(("colocated", 2),), batching={"prefill_chunk": CHUNK})
+    _, table = run(make_config, w, roles=(("colocated", 2),), batching={"prefill_chunk": CHUNK})
     short = alone(100, 2)
     assert table.loc[0, "ideal_s"] == pytest.approx(short + 1.0 + short + 5.0 + short, abs=1e-12)
     assert short + 1.0 + alone(100, 100) < table.loc[0, "ideal_s"]
     assert table.loc[0, "completion_s"] >= table.loc[0, "ideal_s"] - 1e-9
 
 
-def test_requests_without_sessions_give_no_rows(tmp_path):
+def test_requests_without_sessions_give_no_rows(make_config):
     w = Workload([TraceRequest(0.0, 100, 2), TraceRequest(0.5, 100, 2)])
-    _, table = run(tmp_path, w, roles=(("colocated", 1),))
+    _, table = run(make_config, w, roles=(("colocated", 1),))
     assert table.empty
     summary = session_summary(table)
     assert summary["sessions"] == 0
     assert all(v is None for k, v in summary.items() if k != "sessions")
 
 
-def test_summary_percentiles(tmp_path):
-    _, table = run(tmp_path, chats(sessions=5), roles=(("colocated", 1),))
+def test_summary_percentiles(make_config):
+    _, table = run(make_config, chats(sessions=5), roles=(("colocated", 1),))
     summary = session_summary(table)
     assert summary["sessions"] == 5
     assert summary["task_completion_p50_s"] == pytest.approx(table.completion_s.median())

@@ -4,7 +4,6 @@ import json
 
 import pandas as pd
 import pytest
-from helpers import assert_input_error, write_config
 
 from pddsim.cli import main
 from pddsim.errors import InputError
@@ -16,8 +15,8 @@ KEYS = ["clusters.a.instances.0.count", "slo.ttft_s"]
 
 
 @pytest.fixture
-def tiny(tmp_path):
-    return write_config(tmp_path, "tiny", (("colocated", 1),), 8)
+def tiny(config_file):
+    return config_file("tiny", (("colocated", 1),), 8)
 
 
 def test_grid_points_are_the_product_last_grid_fastest():
@@ -74,15 +73,15 @@ def test_one_workload_unless_the_grid_varies_it(tiny, monkeypatch):
     assert calls == [50, 100] and table["requests_total"].tolist() == [50, 100]
 
 
-def test_a_bad_point_fails_before_anything_runs(tiny, monkeypatch, capsys):
+def test_a_bad_point_fails_before_anything_runs(input_error, tiny, monkeypatch, capsys):
     def no_run(*args, **kwargs):
         raise AssertionError("ran a point")
 
     monkeypatch.setattr(sweep_module, "compare", no_run)
     code = main(["sweep", str(tiny), "--grid", "clusters.a.nope=1", "--jobs", "1", "--quiet"])
-    assert_input_error(code, capsys.readouterr().err, "grid point 1", "clusters.a.nope")
+    input_error(code, capsys.readouterr().err, "grid point 1", "clusters.a.nope")
     code = main(["sweep", str(tiny), "--grid", "clusters.a.instances.0.count=1,0", "--quiet"])
-    assert_input_error(code, capsys.readouterr().err, "grid point 2",
+    input_error(code, capsys.readouterr().err, "grid point 2",
                        "clusters.a.instances.0.count=0", "greater than or equal to 1")
 
 
@@ -99,11 +98,11 @@ def test_out_writes_the_whole_table(tiny, tmp_path, capsys, name):
     assert written["ttft_p90_s"].tolist() == [r["ttft_p90_s"] for r in rows]
 
 
-def test_table_and_unknown_extension(tiny, capsys):
+def test_table_and_unknown_extension(input_error, tiny, capsys):
     assert main(["sweep", str(tiny), "--grid", GRID[0], "--jobs", "1", "--quiet"]) == 0
     header, *lines = capsys.readouterr().out.splitlines()
     assert header.split() == [KEYS[0], "ttft_p50_s", "ttft_p90_s", "tpot_mean_s", "slo_attainment",
                               "goodput_rps", "cost_per_hour", "bcr"]
     assert len(lines) == 2
     code = main(["sweep", str(tiny), "--grid", GRID[0], "--out", "x.txt"])
-    assert_input_error(code, capsys.readouterr().err, "--out x.txt", ".csv or .parquet")
+    input_error(code, capsys.readouterr().err, "--out x.txt", ".csv or .parquet")

@@ -1,7 +1,6 @@
 """Whole-system invariants and baseline comparisons."""
 import numpy as np
 import pytest
-from helpers import config, workload
 
 from pddsim.sim import simulate
 from pddsim.workload.model import TraceRequest, Workload
@@ -37,8 +36,8 @@ def sessions_workload(n_sessions=20, turns=6, seed=0) -> Workload:
 
 
 @pytest.mark.parametrize("replay", ["open", "closed"])
-def test_every_request_ends_exactly_once(tmp_path, replay):
-    cfg = config(tmp_path, roles=(("prefill", 2), ("decode", 2)),
+def test_every_request_ends_exactly_once(make_config, replay):
+    cfg = make_config(roles=(("prefill", 2), ("decode", 2)),
                  workload={"trace": "x", "replay": replay, "session_start": "poisson",
                            "session_rate_rps": 2.0})
     w = sessions_workload()
@@ -49,8 +48,8 @@ def test_every_request_ends_exactly_once(tmp_path, replay):
     assert (df.finish_s >= df.arrival_s).all()
 
 
-def test_same_seed_same_summary(tmp_path):
-    cfg = config(tmp_path, roles=(("prefill", 2), ("decode", 2)), two_clusters=True,
+def test_same_seed_same_summary(make_config):
+    cfg = make_config(roles=(("prefill", 2), ("decode", 2)), two_clusters=True,
                  wan={"bandwidth_gbps": 10, "rtt_ms": 20,
                       "background": {"mean": 0.3, "std": 0.2, "period_s": 0.5}})
     w = poisson_workload(400, 20, 2000, 50, shared_prefix_tokens=512, seed=3)
@@ -64,9 +63,9 @@ def test_same_seed_same_summary(tmp_path):
     assert drop(c.summary) != drop(a.summary)
 
 
-def test_prefix_hit_rate_matches_hand_count(tmp_path):
-    cfg = config(tmp_path, roles=(("prefill", 1), ("decode", 1)))
-    w = workload((0.0, 48, 2, [1, 2, 3], 16),      # cold: 0
+def test_prefix_hit_rate_matches_hand_count(make_config, make_workload):
+    cfg = make_config(roles=(("prefill", 1), ("decode", 1)))
+    w = make_workload((0.0, 48, 2, [1, 2, 3], 16),      # cold: 0
                  (1.0, 48, 2, [1, 2, 4], 16),      # blocks 1,2 cached: 32
                  (2.0, 64, 2, [1, 2, 4, 5], 16),   # 1,2,4 cached: 48
                  (3.0, 48, 2, [1, 2, 3], 16))      # whole prompt cached, last token recomputed: 32
@@ -75,10 +74,10 @@ def test_prefix_hit_rate_matches_hand_count(tmp_path):
     assert res.summary["prefix_hit_rate"] == pytest.approx(112 / 208)
 
 
-def test_cross_dc_pays_the_wan_and_moves_the_uncached_kv(tmp_path):
+def test_cross_dc_pays_the_wan_and_moves_the_uncached_kv(make_config):
     w = poisson_workload(200, 4, 4000, 30, shared_prefix_tokens=1024, seed=1)
-    same = simulate(config(tmp_path, roles=(("prefill", 1), ("decode", 1))), w)
-    cross = simulate(config(tmp_path, roles=(("prefill", 1), ("decode", 1)), two_clusters=True,
+    same = simulate(make_config(roles=(("prefill", 1), ("decode", 1))), w)
+    cross = simulate(make_config(roles=(("prefill", 1), ("decode", 1)), two_clusters=True,
                             wan={"bandwidth_gbps": 10, "rtt_ms": 30}), w)
     assert cross.summary["ttft_p50_s"] > same.summary["ttft_p50_s"] + 0.5
     assert same.summary["wan_bytes"] == 0
@@ -89,9 +88,9 @@ def test_cross_dc_pays_the_wan_and_moves_the_uncached_kv(tmp_path):
     assert same.links["rdma:a"]["bytes"] == pytest.approx(same.summary["rdma_bytes"])
 
 
-def test_decode_side_cache_sends_only_what_the_decoder_lacks(tmp_path):
-    w = workload((0.0, 64, 2, [1, 2, 3, 4], 16), (1.0, 96, 2, [1, 2, 3, 4, 5, 6], 16))
-    cfg = config(tmp_path, roles=(("prefill", 1), ("decode", 1)), two_clusters=True,
+def test_decode_side_cache_sends_only_what_the_decoder_lacks(make_config, make_workload):
+    w = make_workload((0.0, 64, 2, [1, 2, 3, 4], 16), (1.0, 96, 2, [1, 2, 3, 4, 5, 6], 16))
+    cfg = make_config(roles=(("prefill", 1), ("decode", 1)), two_clusters=True,
                  prefix_cache={"decode_tokens": None})
     df = simulate(cfg, w).requests
     assert list(df.wan_bytes) == [64 * KV, 32 * KV]
@@ -99,8 +98,8 @@ def test_decode_side_cache_sends_only_what_the_decoder_lacks(tmp_path):
     assert list(df.hit_tokens_decode) == [0, 64]
 
 
-def test_closed_loop_issue_times_follow_finish_plus_think(tmp_path):
-    cfg = config(tmp_path, roles=(("colocated", 1),), workload={"trace": "x", "replay": "closed"})
+def test_closed_loop_issue_times_follow_finish_plus_think(make_config):
+    cfg = make_config(roles=(("colocated", 1),), workload={"trace": "x", "replay": "closed"})
     w = Workload([TraceRequest(0.0, 100, 3, session_id=0),
                   TraceRequest(9.0, 200, 2, session_id=0, think_s=2.5, follows=0),
                   TraceRequest(0.5, 100, 2, session_id=1)], sessions=2)
@@ -109,10 +108,10 @@ def test_closed_loop_issue_times_follow_finish_plus_think(tmp_path):
     assert df.loc[2, "arrival_s"] == pytest.approx(0.5)
 
 
-def test_sub_agent_branch_replays_beside_its_parent(tmp_path):
+def test_sub_agent_branch_replays_beside_its_parent(make_config):
     """Request 1 (a sub-agent) and request 2 (the parent's next turn) both follow request 0: in
     closed loop both leave after it finishes, each after its own think time, and run at once."""
-    cfg = config(tmp_path, roles=(("colocated", 2),), workload={"trace": "x", "replay": "closed"})
+    cfg = make_config(roles=(("colocated", 2),), workload={"trace": "x", "replay": "closed"})
     w = Workload([TraceRequest(0.0, 200, 5, session_id=0),
                   TraceRequest(1.0, 300, 300, session_id=0, think_s=0.5, follows=0),
                   TraceRequest(2.0, 100, 5, session_id=0, think_s=1.5, follows=0),
@@ -126,13 +125,13 @@ def test_sub_agent_branch_replays_beside_its_parent(tmp_path):
 
 
 @pytest.mark.parametrize("replay", ["open", "closed"])
-def test_poisson_session_starts_honour_the_time_scale(tmp_path, replay):
+def test_poisson_session_starts_honour_the_time_scale(make_config, replay):
     """The time scale multiplies the Poisson session start rate: the same draws, starts twice as
     early. Open loop also halves each session's offsets; closed loop keeps the think times."""
     w = sessions_workload()
     frames = {}
     for scale in (1.0, 2.0):
-        cfg = config(tmp_path, roles=(("prefill", 2), ("decode", 2)),
+        cfg = make_config(roles=(("prefill", 2), ("decode", 2)),
                      workload={"trace": "x", "replay": replay, "session_start": "poisson",
                                "session_rate_rps": 1.0, "time_scale": scale})
         frames[scale] = simulate(cfg, w).requests.set_index("request")
@@ -149,7 +148,7 @@ def test_poisson_session_starts_honour_the_time_scale(tmp_path, replay):
         np.testing.assert_allclose(df.loc[turns, "arrival_s"], frames[1.0].loc[turns, "arrival_s"] / 2)
 
 
-def test_turns_out_of_order_counts_turns_issued_before_their_predecessor_ended(tmp_path):
+def test_turns_out_of_order_counts_turns_issued_before_their_predecessor_ended(make_config):
     """Request 1 follows request 0 (3 s of decode) but the trace puts it at 1 s: open loop issues
     it early, closed loop after request 0 ends. Request 2 follows request 1 and is on time."""
     w = Workload([TraceRequest(0.0, 100, 300, session_id=0),
@@ -158,15 +157,15 @@ def test_turns_out_of_order_counts_turns_issued_before_their_predecessor_ended(t
                   TraceRequest(0.5, 100, 2)], sessions=1)
     shares = {}
     for replay in ("open", "closed"):
-        cfg = config(tmp_path, roles=(("colocated", 1),), workload={"trace": "x", "replay": replay})
+        cfg = make_config(roles=(("colocated", 1),), workload={"trace": "x", "replay": replay})
         shares[replay] = simulate(cfg, w).summary["turns_out_of_order"]
     assert shares == {"open": 0.5, "closed": 0.0}
-    flat = simulate(config(tmp_path, roles=(("colocated", 1),)), poisson_workload(5, 1, 100, 5, seed=0))
+    flat = simulate(make_config(roles=(("colocated", 1),)), poisson_workload(5, 1, 100, 5, seed=0))
     assert flat.summary["turns_out_of_order"] is None        # no request follows another
 
 
-def test_achieved_rate_is_measured_from_the_issue_times(tmp_path):
-    cfg = config(tmp_path, roles=(("colocated", 1),), workload={"trace": "x", "replay": "closed"})
+def test_achieved_rate_is_measured_from_the_issue_times(make_config):
+    cfg = make_config(roles=(("colocated", 1),), workload={"trace": "x", "replay": "closed"})
     w = sessions_workload(n_sessions=4, turns=3)
     df = simulate(cfg, w).requests
     summary = simulate(cfg, w).summary
