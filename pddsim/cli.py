@@ -13,8 +13,8 @@ import traceback
 from pathlib import Path
 
 from pddsim.config import AgentSpec, bundled
-from pddsim.schema import validated
 from pddsim.errors import InputError
+from pddsim.schema import validated
 
 DEFAULT_CONFIG = bundled("same_dc_pd.yaml")
 
@@ -215,8 +215,7 @@ def cmd_bench_handoff(args) -> int:
 
 def cmd_bench_perf(args) -> int:
     from pddsim import catalog
-    from pddsim.experiments.perf_bench import (compare, format_report, read_measured, roofline_of,
-                                               summarise)
+    from pddsim.experiments.perf_bench import compare, format_report, read_measured, roofline_of, summarise
     measured = read_measured(Path(args.against))
     names = args.profile or sorted(catalog.engines())
     predictors = {f"roofline/{n}": roofline_of(catalog.engine(n)) for n in names}

@@ -8,24 +8,21 @@ from __future__ import annotations
 import copy
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, Sequence, TypeVar
+from typing import Annotated, Any, Literal, Mapping, Sequence
 
 import numpy as np
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from pddsim import catalog
 from pddsim.errors import InputError
-from pddsim.schema import Strict, load_model, read_yaml, validated
+from pddsim.schema import Strict, read_yaml, validated
 
 ROLES = ("prefill", "decode", "colocated", "relay")
 

@@ -96,12 +96,12 @@ def test_one_server_one_at_a_time_matches_md1(make_config, make_workload):
 
 
 @pytest.mark.parametrize("gap_s", [0.003, 0.02, 0.1])
-def test_kv_in_use_never_exceeds_the_pool_with_prefill_beside_decode(tmp_path, gap_s):
+def test_kv_in_use_never_exceeds_the_pool_with_prefill_beside_decode(make_config, make_workload, gap_s):
     # A 1,408-token pool and a stream of arrivals: prompts keep being prefilled while earlier
     # requests decode, so decoders grow in mixed iterations too, not only in decode-only runs.
-    cfg = config(tmp_path, roles=(("colocated", 1),),
-                 batching={"memory_utilization": utilization_for(1408), "kv_block_tokens": 16})
-    res = simulate(cfg, workload(*[(gap_s * i, 200 + 7 * i, 150) for i in range(24)]))
+    cfg = make_config(roles=(("colocated", 1),),
+                      batching={"memory_utilization": utilization_for(1408), "kv_block_tokens": 16})
+    res = simulate(cfg, make_workload(*[(gap_s * i, 200 + 7 * i, 150) for i in range(24)]))
     inst = res.instances.iloc[0]
     assert inst.kv_capacity_tokens == 1408
     assert 0 < inst.kv_peak_tokens <= inst.kv_capacity_tokens

@@ -4,7 +4,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import linear_table
 from pddsim import catalog
 from pddsim.engine.perf import LinearRun, LinearTerm, MeasuredTable, Roofline
 
@@ -41,7 +40,9 @@ def test_decode_slows_as_every_context_is_read():
 
 def test_small_prefill_chunks_cost_more_per_token():
     p = roofline(overhead_ms=2)
-    per_token = lambda c: p.iteration(c, c * c / 2, 0) / c
+
+    def per_token(c):
+        return p.iteration(c, c * c / 2, 0) / c
     assert per_token(64) > 4 * per_token(4096)      # the weight read and overhead dominate
 
 

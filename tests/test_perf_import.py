@@ -3,7 +3,6 @@ import json
 
 import pytest
 
-from helpers import assert_input_error
 from pddsim import cli
 from pddsim.engine.perf import MeasuredTable
 from pddsim.engine.perf_import import DECODE_BATCH, DECODE_CONTEXT, PREFILL_CONTEXT, PREFILL_TOKENS
@@ -41,12 +40,12 @@ def test_distserve_table_reproduces_the_profile(tmp_path, capsys):
     assert len(prov["files"][0]["sha256"]) == 64
 
 
-def test_distserve_missing_tp_is_input_error(tmp_path, capsys):
+def test_distserve_missing_tp_is_input_error(input_error, tmp_path, capsys):
     src = tmp_path / "profile.json"
     src.write_text(json.dumps({"facebook/opt-13b": {"2": FIT}}))
     code, io = run(capsys, "perf", "import", "--from", "distserve", src, "--model", "opt-13b",
                    "--gpu", "a100-80gb", "--tp", 4, "-o", tmp_path / "t.csv")
-    assert_input_error(code, io.err, str(src), "tp 4")
+    input_error(code, io.err, str(src), "tp 4")
 
 
 def write_csv(path, header, rows):
@@ -63,8 +62,10 @@ def test_vidur_table_adds_operators_attention_and_all_reduces(tmp_path, capsys):
     all-reduces; 80 layers of Llama-2-70B."""
     tokens = (1, 2, 64, 128)
     mlp = write_csv(tmp_path / "mlp.csv",
-                    [f"time_stats.{op}.median" for op in OPS] + ["num_tokens", "num_tensor_parallel_workers"],
-                    [[0.01 * t] * len(OPS) + [t, 2] for t in tokens] + [[9] * len(OPS) + [t, 4] for t in tokens])
+                    [f"time_stats.{op}.median" for op in OPS]
+                    + ["num_tokens", "num_tensor_parallel_workers"],
+                    [[0.01 * t] * len(OPS) + [t, 2] for t in tokens]
+                    + [[9] * len(OPS) + [t, 4] for t in tokens])
     attn_rows = [[0, t, kv, 0.001 * t * (kv + 1), ""] for t in (64, 128) for kv in (0, 1024)]
     attn_rows += [[n, 0, kv, "", 0.002 * n * kv] for n in (1, 2) for kv in (256, 1024)]
     attn = write_csv(tmp_path / "attention.csv",
@@ -86,22 +87,23 @@ def test_vidur_table_adds_operators_attention_and_all_reduces(tmp_path, capsys):
     assert table.iteration(1, 256, 256, 256) == pytest.approx(80 * layer / 1e3)
 
 
-def test_vidur_needs_both_profiles(tmp_path, capsys):
+def test_vidur_needs_both_profiles(input_error, tmp_path, capsys):
     mlp = write_csv(tmp_path / "mlp.csv", ["num_tokens"], [[1]])
     code, io = run(capsys, "perf", "import", "--from", "vidur", mlp, "--model", "llama-2-70b",
                    "--gpu", "a100-80gb", "--tp", 1, "-o", tmp_path / "t.csv")
-    assert_input_error(code, io.err, "attention.csv")
+    input_error(code, io.err, "attention.csv")
 
 
 SPLITWISE = ["model", "hardware", "prompt_size", "batch_size", "token_size", "prompt_time",
              "token_time", "tensor_parallel"]
 
 
-def test_splitwise_grid_is_imported_and_ragged_points_refused(tmp_path, capsys):
+def test_splitwise_grid_is_imported_and_ragged_points_refused(input_error, tmp_path, capsys):
     # a full grid: prompts 128/512 at batch 1, decode batches 1/2 over the same contexts
     rows = [["llama2-70b", "a100-80gb", p, b, o, 10 + p / 10, 40 + b + p / 1000, 4]
             for p in (128, 512) for b in (1, 2) for o in (128,)]
-    src = write_csv(tmp_path / "perf_model.csv", SPLITWISE, rows + [r[:5] + [r[5] + 2, r[6], 4] for r in rows])
+    src = write_csv(tmp_path / "perf_model.csv", SPLITWISE,
+                    rows + [r[:5] + [r[5] + 2, r[6], 4] for r in rows])
     out = tmp_path / "t.csv"
     code, io = run(capsys, "perf", "import", "--from", "splitwise", src, "--model", "llama-2-70b",
                    "--gpu", "a100-80gb", "--tp", 4, "-o", out)
@@ -114,5 +116,5 @@ def test_splitwise_grid_is_imported_and_ragged_points_refused(tmp_path, capsys):
         ["llama2-70b", "a100-80gb", 1024, 1, 128, 110, 41, 4]])
     code, io = run(capsys, "perf", "import", "--from", "splitwise", ragged, "--model", "llama-2-70b",
                    "--gpu", "a100-80gb", "--tp", 4, "-o", tmp_path / "r.csv")
-    assert_input_error(code, io.err, "decode rows must be a full grid", "missing tokens=2")
+    input_error(code, io.err, "decode rows must be a full grid", "missing tokens=2")
     assert not (tmp_path / "r.csv").exists()

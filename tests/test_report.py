@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from helpers import assert_input_error
 from pddsim.cli import main
 
 SMALL = ["--set", "workload.limit=120", "--quiet", "--json"]
@@ -39,9 +38,9 @@ def test_report_of_one_run(tmp_path, capsys):
     assert "pdd" in (tmp_path / "r.html").read_text()
 
 
-def test_report_of_a_folder_without_runs(tmp_path, capsys):
+def test_report_of_a_folder_without_runs(input_error, tmp_path, capsys):
     code = main(["report", str(tmp_path), "-o", str(tmp_path / "r.html")])
-    assert_input_error(code, capsys.readouterr().err, str(tmp_path), "summary.json")
+    input_error(code, capsys.readouterr().err, str(tmp_path), "summary.json")
 
 
 def browser():

@@ -104,7 +104,8 @@ def from_vidur(files: list[Path], model: str, tp: int, source_model: str | None)
     prefill, decode = {}, {}
     att = by_name["attention.csv"]
     for line, r in enumerate(_read_csv(att), start=2):
-        if "num_tensor_parallel_workers" in r and int(_num(att, line, r, "num_tensor_parallel_workers")) != tp:
+        if ("num_tensor_parallel_workers" in r
+                and int(_num(att, line, r, "num_tensor_parallel_workers")) != tp):
             continue
         chunk, kv = _num(att, line, r, "prefill_chunk_size"), _num(att, line, r, "kv_cache_size")
         if chunk > 0:

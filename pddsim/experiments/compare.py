@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pddsim.experiments.capacity import find_capacity
 from pddsim.config import Config
+from pddsim.experiments.capacity import find_capacity
 from pddsim.sim import simulate
 from pddsim.workload.model import Workload
 

@@ -18,8 +18,8 @@ import yaml
 from pydantic import Field, model_validator
 
 from pddsim.config import load_config
-from pddsim.schema import Strict, load_model
 from pddsim.errors import InputError
+from pddsim.schema import Strict, load_model
 from pddsim.sim import load_workload, simulate
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,7 +34,8 @@ def read_measured(path: Path) -> pd.DataFrame:
                 raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
             for line, r in enumerate(reader, start=2):
                 try:
-                    row = {"model": catalog.model(r["model"]).name, "gpu": catalog.gpu(r["gpu"]).name,
+                    row: dict[str, Any] = {
+                           "model": catalog.model(r["model"]).name, "gpu": catalog.gpu(r["gpu"]).name,
                            "tp": int(r["tp"]), "tokens": float(r["tokens"]),
                            "attn_pairs": float(r["attn_pairs"]), "kv_tokens": float(r["kv_tokens"]),
                            "time_ms": float(r["time_ms"]), "source": r["source"]}
