@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from helpers import assert_input_error, config
 from pddsim.cli import main
 from pddsim.experiments.bathtub import Stream, bathtub, parse_hits, shared_tokens
 
@@ -24,18 +23,18 @@ def test_json_points_default_policy_first(capsys):
         assert p["measured_hit_rate"] == pytest.approx(p["hit_rate"], abs=0.05)
 
 
-def test_bad_hits_are_one_line(capsys):
+def test_bad_hits_are_one_line(input_error, capsys):
     code = main(["bathtub", "configs/same_dc_pd.yaml", "--hits", "0:1:0", "--quiet"])
-    assert_input_error(code, capsys.readouterr().err, "--hits")
+    input_error(code, capsys.readouterr().err, "--hits")
     assert parse_hits("0:1:0.25") == [0.0, 0.25, 0.5, 0.75, 1.0]
 
 
-def test_tail_chunks_alone_waste_iterations_packing_recovers_them(tmp_path):
+def test_tail_chunks_alone_waste_iterations_packing_recovers_them(make_config):
     """Iteration time = 50 ms + 10 us/token, chunks of 1,000 tokens, prompts of 10,000: a prompt
     whose uncached part is 3,000 tokens plus one block needs a fourth iteration for that block.
     Alone, that tail costs a whole fixed overhead; packed with the next prompt's chunk it does
     not. So computed tokens per second dip just past the step, and packing fills the dip."""
-    cfg = config(tmp_path, roles=(("prefill", 1), ("decode", 1)), base=0.05, per_token=1e-5,
+    cfg = make_config(roles=(("prefill", 1), ("decode", 1)), base=0.05, per_token=1e-5,
                  batching={"prefill_chunk": 1000, "token_budget": 2000})
     stream = Stream(context_tokens=10_000, output_tokens=2, rate_rps=1000.0, requests=40,
                     block_tokens=100)
