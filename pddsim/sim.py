@@ -17,21 +17,27 @@ import simpy
 
 from pddsim.config import Config
 from pddsim.cost import cost_per_hour, revenue_summary
-from pddsim.system.deployment import build
 from pddsim.engine.invariants import CheckedEnvironment, Invariants
-from pddsim.errors import InputError, InvariantError
+from pddsim.engine.request import Request
+from pddsim.errors import InvariantError
 from pddsim.metrics import Recorder, summarize
+from pddsim.sessions import session_summary, session_table
+from pddsim.system.deployment import build
 from pddsim.system.pdd import PDD
 from pddsim.system.pipelines import Colocated, Disaggregated
-from pddsim.workload.replay import Replay
-from pddsim.engine.request import Request
 from pddsim.system.routers import make_router
-from pddsim.sessions import session_summary, session_table
 from pddsim.timeline import Timeline
-from pddsim.timeseries import (Sampler, default_period_s, instance_utilization, link_utilization,
-                               utilization_summary, windows)
+from pddsim.timeseries import (
+    Sampler,
+    default_period_s,
+    instance_utilization,
+    link_utilization,
+    utilization_summary,
+    windows,
+)
 from pddsim.workload.model import Workload
 from pddsim.workload.readers import read_workload
+from pddsim.workload.replay import Replay
 from pddsim.workload.synthetic import generate
 
 
@@ -119,7 +125,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     pipeline.dep = build(env, cfg, pipeline, seed)
     reqs = workload.requests
     all_instances = [i for pool in pipeline.dep.pools.values() for i in pool]
-    if check_invariants:
+    if isinstance(env, CheckedEnvironment):
         checks = Invariants(env, all_instances, pipeline.dep.links)
     if timeline is not None:
         pipeline.tracer = timeline
@@ -142,9 +148,10 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         checks.at_end(in_flight)
     df = recorder.frame(cfg.slo)
     series = sampler.frame() if sampler is not None else Sampler.empty_frame()
-    links = {l.name: {"bytes": l.bytes_carried, "busy_s": l.busy_s, "flows": l.flows_started,
-                      "throughput_Bps": l.bytes_carried / max(env.now, 1e-12)}
-             for l in pipeline.dep.links}
+    links = {link.name: {"bytes": link.bytes_carried, "busy_s": link.busy_s,
+                         "flows": link.flows_started,
+                         "throughput_Bps": link.bytes_carried / max(env.now, 1e-12)}
+             for link in pipeline.dep.links}
     for name, row in link_utilization(series).iterrows():
         links[name].update(row.to_dict())
     instances = pd.DataFrame([

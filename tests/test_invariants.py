@@ -4,7 +4,6 @@ import heapq
 
 import pytest
 
-from helpers import config, workload
 from pddsim.config import bundled, load_config
 from pddsim.engine.invariants import CheckedEnvironment, Invariants
 from pddsim.engine.network import Link
@@ -33,22 +32,22 @@ def test_bundled_scenarios_keep_every_rule_and_checking_changes_nothing(name):
 PD = (("prefill", 1), ("decode", 1))
 
 
-def test_a_completed_request_short_of_tokens_is_caught(tmp_path, monkeypatch):
+def test_a_completed_request_short_of_tokens_is_caught(make_config, make_workload, monkeypatch):
     from pddsim.engine.request import Request
     emit_run = Request.emit_run
     monkeypatch.setattr(Request, "emit_run", lambda self, now, n, gap: emit_run(self, now, n - 1, gap))
     with pytest.raises(InvariantError, match="completed with"):
-        simulate(config(tmp_path, roles=PD), workload((0.0, 1000, 50)), check_invariants=True)
+        simulate(make_config(roles=PD), make_workload((0.0, 1000, 50)), check_invariants=True)
 
 
-def test_kv_never_given_back_is_caught(tmp_path, monkeypatch):
+def test_kv_never_given_back_is_caught(make_config, make_workload, monkeypatch):
     from pddsim.engine.instance import Instance
     monkeypatch.setattr(Instance, "release", lambda self, req: None)   # the P keeps shipped KV
     with pytest.raises(InvariantError, match=r"prefill0 at the end: 10\d\d KV tokens in use"):
-        simulate(config(tmp_path, roles=PD), workload((0.0, 1000, 50)), check_invariants=True)
+        simulate(make_config(roles=PD), make_workload((0.0, 1000, 50)), check_invariants=True)
 
 
-def test_kv_over_capacity_is_caught(tmp_path, monkeypatch):
+def test_kv_over_capacity_is_caught(make_config, make_workload, monkeypatch):
     from pddsim.system.pipelines import Disaggregated
     done = Disaggregated.prefill_done
 
@@ -57,7 +56,7 @@ def test_kv_over_capacity_is_caught(tmp_path, monkeypatch):
         done(self, req, p)
     monkeypatch.setattr(Disaggregated, "prefill_done", shrink_then_ship)
     with pytest.raises(InvariantError, match=r"prefill0 at .* KV in use 10\d\d tokens"):
-        simulate(config(tmp_path, roles=PD), workload((0.0, 1000, 50)), check_invariants=True)
+        simulate(make_config(roles=PD), make_workload((0.0, 1000, 50)), check_invariants=True)
 
 
 def test_a_flow_over_its_cap_and_rates_over_capacity_are_caught():

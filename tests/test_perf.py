@@ -1,5 +1,4 @@
 """Performance models on hand-computed cases."""
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -4,12 +4,11 @@ import json
 import pytest
 import simpy
 
-from helpers import assert_input_error, config, linear_table
 from pddsim import catalog, cli
 from pddsim.config import DEFAULT_ENGINE, Perf, from_dict
 from pddsim.engine.perf import MeasuredTable, Roofline
-from pddsim.system.deployment import build
 from pddsim.experiments.perf_bench import compare, read_measured, roofline_of, summarise
+from pddsim.system.deployment import build
 
 HEADER = "model,gpu,tp,tokens,attn_pairs,kv_tokens,time_ms,source\n"
 
@@ -71,7 +70,7 @@ def test_bad_measured_rows_name_the_line(tmp_path, row, where):
         read_measured(path)
 
 
-def test_bench_perf_cli(tmp_path, capsys):
+def test_bench_perf_cli(input_error, tmp_path, capsys):
     path = measured_file(tmp_path, ["llama-3.1-70b,h100-sxm,8,1,1000,1000,30,x",
                                     "llama-3.1-70b,h100-sxm,8,4096,8388608,0,400,x"])
     cases = tmp_path / "cases.csv"
@@ -81,15 +80,15 @@ def test_bench_perf_cli(tmp_path, capsys):
     assert len(cases.read_text().splitlines()) == 1 + 2 * len(catalog.engines())
     bad = measured_file(tmp_path, ["llama-3.1-70b,h100-sxm,8,1,1,1"])
     code = cli.main(["bench", "perf", "--against", str(bad)])
-    assert_input_error(code, capsys.readouterr().err, f"{bad}:2")
+    input_error(code, capsys.readouterr().err, f"{bad}:2")
 
 
-def test_a_cluster_uses_its_own_perf(tmp_path):
+def test_a_cluster_uses_its_own_perf(make_config, perf_table, tmp_path):
     """A two-cluster deployment: the cluster that carries its own perf gets it, the other the
     config's."""
-    cfg = config(tmp_path, roles=(("prefill", 1), ("decode", 1)), two_clusters=True, roofline=True,
+    cfg = make_config(roles=(("prefill", 1), ("decode", 1)), two_clusters=True, roofline=True,
                  wan={"bandwidth_gbps": 100})
-    table = linear_table(tmp_path / "b.csv", 0.02, 1e-5)
+    table = perf_table(tmp_path / "b.csv", 0.02, 1e-5)
     raw = cfg.model_dump()
     raw["clusters"]["b"]["perf"] = {"kind": "table", "table": str(table)}
     cfg = from_dict(raw, "t")

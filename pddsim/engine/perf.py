@@ -98,7 +98,7 @@ class Roofline:
         memory = self.weights_read_s(tokens) + np.asarray(kv_tokens_read) * self.s_per_kv_token
         return np.maximum(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
 
-    def decode_run(self, n: int, context: int, k: int) -> "LinearRun":
+    def decode_run(self, n: int, context: int, k: int) -> LinearRun:
         """k decode iterations of n requests holding `context` KV tokens at the first, growing by
         n tokens an iteration: both roofline terms are linear in the iteration index."""
         compute = LinearTerm(n * self.s_per_token + context * self.s_per_decode_pair,
@@ -158,7 +158,7 @@ class MeasuredTable:
             out[~decode] = self.grids["prefill"].at(tokens[~decode], kv[~decode])
         return out
 
-    def decode_run(self, n: int, context: int, k: int) -> "TabulatedRun":
+    def decode_run(self, n: int, context: int, k: int) -> TabulatedRun:
         per_request = context / n + np.arange(k, dtype=float)
         return TabulatedRun(self.grids["decode"].at(np.full(k, float(n)), per_request))
 

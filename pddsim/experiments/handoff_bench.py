@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
