@@ -195,6 +195,17 @@ def test_validate_every_bundled_config(capsys, config):
     assert out.strip().endswith(f"ok ({yaml.safe_load(config.read_text())['name']})")
 
 
+@pytest.mark.parametrize("config", SCENARIOS, ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_bundled_agent_sessions_replay_in_closed_loop(config):
+    """Open-loop replay would issue turns before the turn they follow has ended, which no agent
+    can do (`turns_out_of_order`): a bundled scenario with dependent turns replays closed loop."""
+    from pddsim.config import load_config
+    from pddsim.sim import load_workload
+    cfg = load_config(config)
+    if any(r.follows >= 0 for r in load_workload(cfg).requests):
+        assert cfg.workload.replay == "closed"
+
+
 def test_bundled_configs_exist():
     """Guards the glob above against silently validating nothing (golden files are not
     scenarios: `pddsim check` runs them)."""
