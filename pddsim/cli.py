@@ -104,6 +104,10 @@ def cmd_compare(args) -> int:
     paths = args.configs or paper.PAPER_CONFIGS
     configs = [load_config(p, args.set or [], _trace_values(args)) for p in paths]
     workload = load_workload(configs[0])          # one workload for every system
+    if args.plot and not args.loads:
+        raise InputError("--plot needs --loads")
+    if args.loads:
+        return _compare_loads(args, configs, workload)
     capacity = not args.no_capacity and (args.capacity or not args.configs)
     # a capacity search runs each system an unknown number of times: count requests, no total
     total = None if capacity else len(configs) * len(workload)
@@ -140,6 +144,17 @@ def cmd_bathtub(args) -> int:
                                        values=["throughput_rps", "goodput_rps", "ttft_p50_s"])
     print(table[[c for c in table.columns if c[1] in policies]].to_string(
         float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+def _compare_loads(args, configs, workload) -> int:
+    from pddsim.experiments.compare import compare_across_loads, format_loads, parse_loads, plot_loads
+    loads = parse_loads(args.loads)
+    with _progress(None, args.quiet) as bar:
+        result = compare_across_loads(configs, workload, loads, seed=args.seed, on_progress=bar.update)
+    if args.plot:
+        plot_loads(result, args.plot)
+    print(_json(result.to_json()) if args.json else format_loads(result))
     return 0
 
 
@@ -314,7 +329,13 @@ def parser() -> Parser:
     cmp_.add_argument("--capacity", action="store_true",
                       help="also search each system's capacity (bisection; on for the paper scenario)")
     cmp_.add_argument("--no-capacity", action="store_true", help="skip the capacity search")
-    cmp_.add_argument("--json", action="store_true", help="print a list of summaries")
+    cmp_.add_argument("--loads", metavar="START:STOP:STEP",
+                      help="compare TTFT at these fractions of the first system's capacity "
+                      "(e.g. 0.2:1.0:0.1; its capacity is searched first)")
+    cmp_.add_argument("--plot", metavar="FILE.png", help="with --loads: TTFT and deltas vs load")
+    cmp_.add_argument("--json", action="store_true",
+                      help="print a list of summaries (--loads: the capacity and one row per "
+                      "load and system)")
     cmp_.add_argument("--out", metavar="DIR", help="write each system's run (as `run --out` "
                       "does) to a subfolder, for `pddsim report`")
     cmp_.add_argument("--quiet", action="store_true")

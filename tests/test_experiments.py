@@ -135,3 +135,42 @@ def test_paper_figures_say_fitted_or_predicted_and_use_relative_tolerances():
     pdd = {**same, "rld_token_share": 0.05, "wan_bytes": 1.0, "wan_bytes_no_drc": 9.0}
     text = paper.format_figures(paper.figures_table(same, {**same, "ttft_p99_s": 3.0}, pdd))
     assert "fitted" in text and "predicted" in text
+
+
+def test_compare_across_loads_table_json_and_plot(config_file, tmp_path, capsys):
+    """`compare --loads` runs every system at fractions of the first one's capacity: at load 1.0
+    the first system's rate is its capacity; TTFT grows with load; deltas are against the first."""
+    a = config_file("one", (("colocated", 1),), 8)
+    b = config_file("two", (("colocated", 2),), 8)
+    plot = tmp_path / "loads.png"
+    assert main(["compare", str(a), str(b), "--loads", "0.5:1.0:0.5", "--json", "--quiet",
+                 "--plot", str(plot)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    points = out["points"]
+    assert [(p["load"], p["system"]) for p in points] == [
+        (0.5, "one"), (0.5, "two"), (1.0, "one"), (1.0, "two")]
+    at = {(p["load"], p["system"]): p for p in points}
+    assert at[1.0, "one"]["achieved_rps"] == out["capacity_rps"]
+    assert at[1.0, "one"]["time_scale"] == out["knob_at_capacity"]
+    assert at[0.5, "one"]["time_scale"] == pytest.approx(out["knob_at_capacity"] / 2)
+    assert at[0.5, "one"]["achieved_rps"] == pytest.approx(out["capacity_rps"] / 2)   # open loop
+    assert at[0.5, "one"]["ttft_p90_s"] < at[1.0, "one"]["ttft_p90_s"]
+    for load in (0.5, 1.0):
+        two, one = at[load, "two"], at[load, "one"]
+        assert one["ttft_p50_delta"] == 0.0
+        assert two["ttft_p50_delta"] == pytest.approx(two["ttft_p50_s"] / one["ttft_p50_s"] - 1)
+        assert two["ttft_mean_delta"] < 0                   # a second instance halves the queue
+    assert main(["compare", str(a), str(b), "--loads", "0.5:1.0:0.5", "--quiet"]) == 0
+    table = capsys.readouterr().out
+    assert "capacity" in table and "load 0.5" in table and "TTFT mean s" in table and "%)" in table
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--loads", "1:0.5:0.1"], "START:STOP:STEP"),
+    (["--loads", "a:b"], "START:STOP:STEP"),
+    (["--plot", "x.png"], "--plot needs --loads"),
+])
+def test_compare_loads_bad_arguments(config_file, input_error, capsys, argv, says):
+    a = config_file("one", (("colocated", 1),), 8)
+    input_error(main(["compare", str(a), *argv]), capsys.readouterr().err, says)

@@ -1,17 +1,22 @@
-"""Several systems on the same workload, side by side, with deltas against the first."""
+"""Several systems on the same workload, side by side, with deltas against the first: at the
+workload's load, or across loads given as fractions of the first system's capacity."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from pddsim.config import Config
-from pddsim.experiments.capacity import find_capacity
+from pddsim.errors import InputError
+from pddsim.experiments.capacity import Capacity, at_load, find_capacity, load_knob
 from pddsim.sim import simulate
 from pddsim.workload.model import Workload
 
 # (summary key, label, how to show it)
 ROWS = [
+    ("achieved_rps", "achieved rps", "{:.3f}"),
     ("ttft_p50_s", "TTFT P50 s", "{:.3f}"),
     ("ttft_p90_s", "TTFT P90 s", "{:.3f}"),
     ("ttft_p99_s", "TTFT P99 s", "{:.3f}"),
@@ -64,11 +69,11 @@ def format_cell(fmt: str, key: str, value) -> str:
     return fmt.format(value / 1e9 if key == "wan_bytes" else value)
 
 
-def format_comparison(summaries: list[dict]) -> str:
+def format_comparison(summaries: list[dict], rows_shown: list[tuple[str, str, str]] = ROWS) -> str:
     """Metrics down, systems across; each system after the first also shows its relative delta."""
     base = summaries[0]
     rows = {}
-    for key, label, fmt in ROWS:
+    for key, label, fmt in rows_shown:
         if all(key not in s for s in summaries):
             continue
         cells = []
@@ -81,3 +86,111 @@ def format_comparison(summaries: list[dict]) -> str:
         rows[label] = cells
     return pd.DataFrame.from_dict(rows, orient="index",
                                   columns=[s["system"] for s in summaries]).to_string()
+
+
+# what a comparison across loads reports at each load
+LOAD_METRICS = ("achieved_rps", "ttft_p50_s", "ttft_p90_s", "ttft_mean_s")
+LOAD_ROWS = [row for row in ROWS if row[0] in LOAD_METRICS]
+
+
+def parse_loads(text: str) -> list[float]:
+    """`START:STOP:STEP` -> the fractions START, START+STEP, ... up to STOP included."""
+    try:
+        start, stop, step = (float(x) for x in text.split(":"))
+    except ValueError:
+        start = stop = step = -1.0
+    if not (0 < start <= stop and step > 0):
+        raise InputError(f"--loads {text}: expected START:STOP:STEP with 0 < START <= STOP, STEP > 0")
+    count = int(np.floor((stop - start) / step + 1e-9)) + 1
+    return [round(start + i * step, 10) for i in range(count)]
+
+
+@dataclass
+class LoadComparison:
+    capacity: Capacity      # the first system's: the loads are fractions of it
+    loads: list[float]
+    summaries: list[list[dict]]     # per load, one summary per system
+
+    def points(self) -> list[dict]:
+        """One flat row per (load, system): the load, the knob value it set, the system's
+        achieved rate and TTFT statistics, and their relative deltas against the first system."""
+        rows = []
+        for load, summaries in zip(self.loads, self.summaries):
+            base = summaries[0]
+            for s in summaries:
+                row = {"load": load, self.capacity.knob: _knob_value(self.capacity, load),
+                       "system": s["system"], **{k: s[k] for k in LOAD_METRICS}}
+                for k in LOAD_METRICS[1:]:
+                    b, v = base[k], s[k]
+                    row[f"{k.removesuffix('_s')}_delta"] = v / b - 1 if b and v is not None else None
+                rows.append(row)
+        return rows
+
+    def to_json(self) -> dict:
+        cap = self.capacity
+        return {"reference": self.summaries[0][0]["system"], "capacity_rps": cap.capacity_rps,
+                "capacity_found": cap.found, "capacity_lower_bound_rps": cap.lower_bound_rps,
+                "knob": cap.knob, "knob_at_capacity": cap.load, "points": self.points()}
+
+
+def _knob_value(cap: Capacity, fraction: float) -> float:
+    value = fraction * cap.load
+    return max(1, round(value)) if cap.knob == "concurrent_sessions" else value
+
+
+def compare_across_loads(configs: list[Config], workload: Workload, loads: list[float], *,
+                         seed: int | None = None, on_progress=None) -> LoadComparison:
+    """Every system at each fraction of the first system's capacity. A load is set on the load
+    knob (its value at capacity times the fraction), so at each load every system replays the
+    same traffic; each still reports the rate it achieved, which in closed loop is its own. When
+    the first system's capacity is not found, the fractions are of the lower bound."""
+    knobs = {load_knob(cfg) for cfg in configs}
+    if len(knobs) > 1:
+        raise InputError(f"--loads: the systems' loads are set by different knobs ({sorted(knobs)}): "
+                         "give them the same workload.session_start")
+    cap = find_capacity(configs[0], workload, seed=seed, on_progress=on_progress)
+    summaries = [[simulate(at_load(cfg, _knob_value(cap, f)), workload, seed,
+                           on_progress=on_progress).summary for cfg in configs] for f in loads]
+    return LoadComparison(cap, loads, summaries)
+
+
+def format_loads(cmp: LoadComparison) -> str:
+    cap = cmp.capacity
+    first = cmp.summaries[0][0]["system"]
+    rate = (f"capacity {cap.capacity_rps:.3f} req/s" if cap.found else
+            f"capacity not found, fractions of its lower bound {cap.lower_bound_rps:.3f} req/s")
+    parts = [f"loads as fractions of {first}'s {rate} ({cap.knob} {cap.load:.4g})"]
+    for load, summaries in zip(cmp.loads, cmp.summaries):
+        parts.append(f"\nload {load:g} ({cap.knob} {_knob_value(cap, load):.4g})")
+        parts.append(format_comparison(summaries, LOAD_ROWS))
+    return "\n".join(parts)
+
+
+def plot_loads(cmp: LoadComparison, path: str | Path) -> None:
+    """TTFT P50 (solid) and P90 (dashed) of each system against the load, and each later
+    system's P50 and mean deltas against the first."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    names = [s["system"] for s in cmp.summaries[0]]
+    series = {k: np.array([[np.nan if s[k] is None else s[k] for s in at] for at in cmp.summaries])
+              for k in LOAD_METRICS}
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ttft, delta = fig.subplots(1, 2)
+    for i, name in enumerate(names):
+        color = f"C{i}"
+        ttft.plot(cmp.loads, series["ttft_p50_s"][:, i], "-o", color=color, label=f"{name} P50")
+        ttft.plot(cmp.loads, series["ttft_p90_s"][:, i], "--", color=color, label=f"{name} P90")
+        if i:
+            for key, style in (("ttft_p50_s", "-o"), ("ttft_mean_s", ":s")):
+                rel = 100 * (series[key][:, i] / series[key][:, 0] - 1)
+                delta.plot(cmp.loads, rel, style, color=color, label=f"{name} {key[5:-2]}")
+    ttft.set_yscale("log")
+    ttft.set_ylabel("TTFT s")
+    delta.axhline(0, color="grey", lw=0.8)
+    delta.set_ylabel(f"TTFT vs {names[0]}, %")
+    for ax in (ttft, delta):
+        ax.set_xlabel(f"load, fraction of {names[0]}'s capacity")
+        ax.legend(fontsize="small")
+    fig.savefig(path)
