@@ -381,7 +381,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise InputError(f"--set {text}: expected KEY=VALUE")
     key, value = text.split("=", 1)
-    return key.strip(), yaml.safe_load(value)
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError as e:
+        raise InputError(f"--set {text}: value is not valid YAML ({str(e).splitlines()[0]})") from None
 
 
 def from_dict(raw: dict, origin: str) -> Config:

@@ -39,8 +39,12 @@ def read_yaml(path: Path, what: str) -> Any:
         return yaml.safe_load(path.read_text())
     except OSError as e:
         raise InputError(f"{path}: cannot read {what} ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text (byte {e.start})") from None
     except yaml.YAMLError as e:
-        raise InputError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{path}{line}: not valid YAML ({str(e).splitlines()[0]})") from None
 
 
 def load_model(model: type[M], path: Path, what: str) -> M:

@@ -19,10 +19,10 @@ from pddsim.config import Config
 from pddsim.cost import cost_per_hour, revenue_summary
 from pddsim.engine.invariants import CheckedEnvironment, Invariants
 from pddsim.engine.request import Request
-from pddsim.errors import InvariantError
+from pddsim.errors import InputError, InvariantError
 from pddsim.metrics import Recorder, summarize
 from pddsim.sessions import session_summary, session_table
-from pddsim.system.deployment import build
+from pddsim.system.deployment import build, check_fits
 from pddsim.system.pdd import PDD
 from pddsim.system.pipelines import Colocated, Disaggregated
 from pddsim.system.routers import make_router
@@ -88,8 +88,19 @@ def load_workload(cfg: Config) -> Workload:
     if w.synthetic is not None:
         return generate(w.synthetic, seed=cfg.seed)
     assert w.trace is not None          # the config requires exactly one source
-    return read_workload(cfg.resolve(w.trace), w.format, limit=w.limit,
-                         shared_prefix=w.shared_prefix, max_tokens=w.max_tokens)
+    path = cfg.resolve(w.trace)
+    workload = read_workload(path, w.format, limit=w.limit, shared_prefix=w.shared_prefix,
+                             max_tokens=w.max_tokens)
+    # a request no instance can ever hold would only be decoded token by token until it fails
+    # (1e12 output tokens: hours of simulation); refuse the trace instead
+    largest = check_fits(cfg)
+    for i, r in enumerate(workload.requests):
+        if r.input_tokens + r.output_tokens > largest:
+            raise InputError(
+                f"{path}: request {i} (arriving at {r.arrival_s:g} s) needs {r.input_tokens} + "
+                f"{r.output_tokens} tokens, more than any instance's KV memory holds ({largest}); "
+                f"clip it with workload.max_tokens")
+    return workload
 
 
 def simulate(cfg: Config, workload: Workload, seed: int | None = None,

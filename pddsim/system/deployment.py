@@ -85,10 +85,14 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
     return dep
 
 
-def check_fits(cfg: Config) -> None:
-    """Raise InputError if any instance group cannot hold its model with room for KV."""
+def check_fits(cfg: Config) -> int:
+    """Raise InputError if any instance group cannot hold its model with room for KV; return the
+    largest KV memory (tokens) of any instance: no request longer than that can be served."""
     model = catalog.model(cfg.model)
+    largest = 0
     for cname, cluster in cfg.clusters.items():
         gpu = catalog.gpu(cluster.gpu)
         for gi, group in enumerate(cluster.instances):
-            kv_capacity_tokens(cfg, model, gpu, group.tp, f"clusters.{cname}.instances.{gi}")
+            largest = max(largest, kv_capacity_tokens(cfg, model, gpu, group.tp,
+                                                      f"clusters.{cname}.instances.{gi}"))
+    return largest

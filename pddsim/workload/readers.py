@@ -64,7 +64,10 @@ def read_workload(path, fmt: str = "auto", *, limit: int | None = None, shared_p
         raise InputError(f"max_tokens must be at least 2 (one input and one output token), got {max_tokens}")
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
-    fmt = _detect(path) if fmt == "auto" else fmt
+    try:
+        fmt = _detect(path) if fmt == "auto" else fmt
+    except _READ_ERRORS as e:
+        raise InputError(f"{path}: cannot read: {e}") from None
     if shared_prefix and fmt != "agent":
         raise InputError(f"{path}: shared_prefix applies to agent traces only, not to {fmt}")
     repairs: Counter[str] = Counter()
@@ -190,8 +193,10 @@ def _clip(r: TraceRequest, max_tokens: int) -> TraceRequest:
                    hash_ids=r.hash_ids[:blocks])
 
 
-def _open(path: Path):
-    return lzma.open(path, "rt", encoding="utf-8") if path.suffix == ".xz" else path.open(encoding="utf-8")
+def _open(path: Path, binary: bool = False):
+    if path.suffix == ".xz":
+        return lzma.open(path, "rb") if binary else lzma.open(path, "rt", encoding="utf-8")
+    return path.open("rb") if binary else path.open(encoding="utf-8")
 
 
 def _detect(path: Path) -> str:
@@ -217,11 +222,15 @@ def _detect(path: Path) -> str:
 
 def _jsonl(path: Path):
     """Yield (where, object) for each non-empty line."""
-    with _open(path) as f:
-        for lineno, line in enumerate(f, 1):
+    with _open(path, binary=True) as f:      # decoded line by line, to name a bad line
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError(f"{where}: not UTF-8 text") from None
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
