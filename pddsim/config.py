@@ -101,6 +101,9 @@ class Batching(Strict):
     chunk_packing: Literal["packed", "alone"] = Field(
         "packed", description="packed: one iteration computes prefill chunks of several requests "
         "up to the token budget; alone: of one request only, so a short tail chunk runs by itself")
+    coalesce_decode: bool = Field(
+        True, description="advance a batch's identical decode iterations in one step; false steps "
+        "one iteration at a time (slower, same results: a check of the optimisation)")
 
 
 class PrefixCacheConfig(Strict):

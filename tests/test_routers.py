@@ -1,8 +1,15 @@
 """What routers see: queued work net of prefix hits, loads current within a decode segment."""
 from pathlib import Path
 
+import numpy as np
+import simpy
+
 from pddsim.config import load_config
+from pddsim.engine.instance import Instance
+from pddsim.engine.perf import MeasuredTable
+from pddsim.engine.request import Request
 from pddsim.sim import load_workload, simulate
+from pddsim.workload.model import TraceRequest
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -33,3 +40,35 @@ def test_prefill_hit_rate_holds_as_load_rises_while_every_cache_holds_the_workin
         return summary["prefix_hit_rate"]
 
     assert hit_rate(0.4) >= hit_rate(0.05) - 0.01
+
+
+class Ignore:
+    """Pipeline hooks that do nothing: the instance is watched on its own."""
+
+    def finished(self, req, inst):
+        pass
+
+    prefill_done = finished
+
+    def failed(self, req, inst, reason):
+        pass
+
+
+def test_a_decoder_shows_the_iterations_of_its_decode_run_under_way(tmp_path, make_config):
+    # Two requests decode for hundreds of iterations; whenever a router looks, the decoder's
+    # context and KV load must be what a one-iteration-at-a-time engine shows at that moment.
+    seen = {}
+    for coalesce in (True, False):
+        cfg = make_config(batching={"coalesce_decode": coalesce})
+        env = simpy.Environment()
+        inst = Instance(env, "d", "decode", "a", perf=MeasuredTable(tmp_path / "perf.csv"),
+                        kv_capacity_tokens=10**6, batching=cfg.batching, cache=None, hooks=Ignore())
+        for i, (context, out) in enumerate(((1000, 400), (3000, 250))):
+            req = Request(i, TraceRequest(arrival_s=0.0, input_tokens=context, output_tokens=out), 0.0)
+            inst.submit(req, prefill=0, decode=out, context=context)
+        seen[coalesce] = []
+        for t in np.linspace(0.0123, 4.5, 29):
+            env.run(until=t)
+            seen[coalesce].append((inst.decode_context, inst.kv_load))
+    assert seen[True] == seen[False]
+    assert seen[True][5][0] > 4000                  # the decoders' contexts grew meanwhile

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from pddsim.sim import simulate
+from pddsim.config import bundled, load_config
+from pddsim.sim import load_workload, simulate
 from pddsim.workload.model import TraceRequest, Workload
 from pddsim.workload.synthetic import poisson_workload
 
@@ -170,3 +171,22 @@ def test_achieved_rate_is_measured_from_the_issue_times(make_config):
     df = simulate(cfg, w).requests
     summary = simulate(cfg, w).summary
     assert summary["achieved_rps"] == pytest.approx((len(df) - 1) / (df.arrival_s.max() - df.arrival_s.min()))
+
+
+@pytest.mark.parametrize("scenario", ["same_dc_pd.yaml", "pdd.yaml"])
+def test_coalescing_decode_iterations_changes_no_result(scenario):
+    # Advancing identical decode iterations in one step is an optimisation: the bundled scenarios
+    # (their first 200 requests) must give the same summary when every iteration is its own step.
+    summaries = []
+    for coalesce in ("true", "false"):
+        cfg = load_config(bundled(scenario), ["workload.limit=200", f"batching.coalesce_decode={coalesce}"])
+        summary = simulate(cfg, load_workload(cfg), 0).summary
+        summary.pop("wall_s")
+        summaries.append(summary)
+    fast, stepped = summaries
+    assert fast.keys() == stepped.keys()
+    for key, value in fast.items():
+        if isinstance(value, str) or value is None:
+            assert stepped[key] == value, key
+        else:
+            assert stepped[key] == pytest.approx(value, rel=1e-6, nan_ok=True), key

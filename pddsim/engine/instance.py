@@ -45,6 +45,7 @@ class Instance:
         self.chunk = batching.prefill_chunk
         self.pack_chunks = batching.chunk_packing == "packed"
         self.max_batch = batching.max_batch
+        self.coalesce = batching.coalesce_decode
         self.cache = cache
         self.hooks = hooks                    # the pipeline: prefill_done / finished / failed
         self.waiting: deque[Request] = deque()
@@ -60,6 +61,8 @@ class Instance:
         self._seq = 0
         self._seg_end: list[int] = []         # suffix-max stack of iteration times, by end iter
         self._seg_max: list[float] = []
+        self._run_in_flight = None            # the decode run under way and its start time
+        self._run_t0 = 0.0
         self.pending_prefill_tokens = 0
         self.waiting_tokens = 0
         self.busy_s = 0.0
@@ -74,7 +77,18 @@ class Instance:
     # -- what routers see ---------------------------------------------------------------------
     @property
     def decode_context(self) -> int:
-        return self._ctx_base + len(self._decoders) * self.iters
+        """KV tokens of the decoders, counting the iterations already run in a decode run under
+        way (a router must see the load that a one-iteration-at-a-time engine would show)."""
+        return self._ctx_base + len(self._decoders) * (self.iters + self._iters_in_flight())
+
+    def _iters_in_flight(self) -> int:
+        """Iterations of the decode run under way that have ended by now (a binary search)."""
+        run = self._run_in_flight
+        if run is None:
+            return 0
+        t = self.env.now - self._run_t0
+        m = run.cut(t)
+        return m if run.elapsed(m) <= t else m - 1
 
     @property
     def kv_load(self) -> int:
@@ -188,6 +202,7 @@ class Instance:
                 continue
             run = plan                        # a run of decode iterations
             k, elapsed = run.k, run.total_s
+            self._run_in_flight, self._run_t0 = run, t0
             self._interruptible = True
             try:
                 yield env.timeout(elapsed)
@@ -197,6 +212,7 @@ class Instance:
                 if elapsed > env.now - t0:
                     yield env.timeout(elapsed - (env.now - t0))
             self._interruptible = False
+            self._run_in_flight = None
             self._complete((), k, t0, run.first_s, run.longest(k), elapsed)
 
     def _admit(self) -> None:
@@ -287,7 +303,8 @@ class Instance:
         while heap and (not heap[0][2].decoding or heap[0][2].inst is not self
                         or heap[0][0] != heap[0][2].finish_iter):
             heapq.heappop(heap)
-        k = 1 if self._at_boundary else heap[0][0] - self.iters   # someone waits for a boundary
+        # one iteration when someone waits for a boundary or coalescing is off
+        k = 1 if self._at_boundary or not self.coalesce else heap[0][0] - self.iters
         return (), self.perf.decode_run(n, ctx, min(k, room))
 
     def _complete(self, chunks, k: int, t0: float, first_s: float, longest_s: float,
