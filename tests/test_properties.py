@@ -1,0 +1,72 @@
+"""Property-based: random small deployments (1-3 instances per role, random GPUs, memory small
+enough to force preemption, random WAN) serving random workloads (random lengths, prompts sharing
+prefixes) keep every invariant (`check_invariants=True`), and every request ends exactly once with
+all its tokens or a failure reason. Example counts are bounded so the suite stays fast; examples that
+once failed are kept below with @example."""
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pddsim.config import from_dict
+from pddsim.sim import simulate
+from pddsim.workload.model import TraceRequest, Workload
+
+GPUS = ("h100-sxm", "h200", "a100-80gb", "mi300x")
+
+
+@st.composite
+def deployments(draw):
+    system = draw(st.sampled_from(("colocated", "pd", "pdd")))
+
+    def group(role):   # 1-3 instances; 2 x H100 leave ~8.5k tokens of KV: preemption
+        return {"role": role, "count": draw(st.integers(1, 3)), "tp": draw(st.sampled_from((2, 4, 8)))}
+    rdma = {"bandwidth_gbps": draw(st.sampled_from((100, 400, 3200)))}
+    if system == "colocated":
+        clusters = {"a": {"gpu": draw(st.sampled_from(GPUS)), "rdma": rdma,
+                          "instances": [group("colocated")]}}
+    elif system == "pd":
+        clusters = {"a": {"gpu": draw(st.sampled_from(GPUS)), "rdma": rdma,
+                          "instances": [group("prefill"), group("decode")]}}
+    else:
+        clusters = {"a": {"gpu": draw(st.sampled_from(GPUS)), "rdma": rdma,
+                          "instances": [group("prefill"), group("relay")]},
+                    "b": {"gpu": draw(st.sampled_from(GPUS)), "rdma": rdma,
+                          "instances": [group("decode")]}}
+    raw = {"name": "prop", "model": "llama-3.1-70b", "clusters": clusters,
+           "slo": {"ttft_s": 1.0, "tpot_s": 0.05}, "workload": {"trace": "unused.jsonl"},
+           "prefix_cache": {"decode_tokens": draw(st.sampled_from((0, 4096, None)))},
+           "batching": {"max_batch": draw(st.sampled_from((2, 8, 64)))}}
+    if system == "pdd":
+        raw["wan"] = {"bandwidth_gbps": draw(st.sampled_from((1, 10, 100))),
+                      "rtt_ms": draw(st.sampled_from((0, 20, 60))),
+                      "flow_cap_gbps": draw(st.sampled_from((None, 5))),
+                      "background": draw(st.sampled_from((None, {"mean": 0.3, "std": 0.2})))}
+        raw["pdd"] = {"handoff": draw(st.sampled_from(("one_shot", "catch_up", "adaptive"))),
+                      "path_policy": draw(st.sampled_from(("wan_threshold", "always_relay",
+                                                           "never_relay", "oracle"))),
+                      "catch_up_tokens": draw(st.sampled_from((4, 64))),
+                      "relay_above_s": draw(st.sampled_from((0.0, 0.5)))}
+    return from_dict(raw, "prop")
+
+
+@st.composite
+def workloads(draw):
+    chains = [list(range(c * 1000, c * 1000 + 100)) for c in range(3)]   # prompts sharing prefixes
+    reqs, t = [], 0.0
+    for _ in range(draw(st.integers(1, 10))):
+        t += draw(st.floats(0.0, 2.0))
+        blocks = draw(st.integers(1, 100))
+        chain = draw(st.sampled_from(chains))[:blocks]
+        reqs.append(TraceRequest(arrival_s=t, input_tokens=64 * blocks - draw(st.integers(0, 63)),
+                                 output_tokens=draw(st.integers(1, 400)), hash_ids=tuple(chain),
+                                 block_tokens=64))
+    return Workload(reqs)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=deployments(), w=workloads(), seed=st.integers(0, 3))
+def test_random_deployments_keep_every_invariant(cfg, w, seed):
+    df = simulate(cfg, w, seed=seed, check_invariants=True).requests
+    assert sorted(df.request) == list(range(len(w)))
+    done = df.status == "completed"
+    assert (df[done].tokens_out == df[done].output_tokens).all()
+    assert (df[~done].failure != "").all()
