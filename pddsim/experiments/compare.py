@@ -189,6 +189,7 @@ def plot_loads(cmp: LoadComparison, path: str | Path) -> None:
     ttft.set_yscale("log")
     ttft.set_ylabel("TTFT s")
     delta.axhline(0, color="grey", lw=0.8)
+    delta.set_yscale("symlog", linthresh=10)      # cross-DC is thousands of % off, PDD tens
     delta.set_ylabel(f"TTFT vs {names[0]}, %")
     for ax in (ttft, delta):
         ax.set_xlabel(f"load, fraction of {names[0]}'s capacity")
