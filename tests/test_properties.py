@@ -70,3 +70,46 @@ def test_random_deployments_keep_every_invariant(cfg, w, seed):
     done = df.status == "completed"
     assert (df[done].tokens_out == df[done].output_tokens).all()
     assert (df[~done].failure != "").all()
+
+
+def _fluid_finish_times(starts, sizes, capacity, cap):
+    """Brute force: step from event to event, every flow in flight at min(cap, capacity / n)."""
+    t, left, done = 0.0, {}, {}
+    pending = sorted(range(len(starts)), key=lambda i: starts[i])
+    while pending or left:
+        rate = min(cap or float("inf"), capacity / len(left)) if left else 0.0
+        next_start = starts[pending[0]] if pending else float("inf")
+        next_end = min(left.values()) / rate if left else float("inf")
+        dt = min(next_start - t, next_end)
+        for i in left:
+            left[i] -= rate * dt
+        t += dt
+        for i in [i for i, b in left.items() if b <= 1e-9 * sizes[i]]:
+            done[i] = t
+            del left[i]
+        while pending and starts[pending[0]] <= t:
+            i = pending.pop(0)
+            left[i] = sizes[i]
+    return [done[i] for i in range(len(starts))]
+
+
+@settings(max_examples=40, deadline=None)
+@given(flows=st.lists(st.tuples(st.floats(0, 10), st.floats(1, 1000)), min_size=1, max_size=12),
+       cap=st.sampled_from((None, 20.0, 60.0)))
+def test_link_sharing_matches_a_brute_force_fluid_computation(flows, cap):
+    import simpy
+
+    from pddsim.engine.network import Link
+    env = simpy.Environment()
+    link = Link(env, "l", 100.0, 0.0, flow_cap_Bps=cap)
+    finished = {}
+
+    def start(i, at, size):
+        yield env.timeout(at)
+        link.send(size, lambda: finished.__setitem__(i, env.now))
+    for i, (at, size) in enumerate(flows):
+        env.process(start(i, at, size))
+    env.run()
+    expected = _fluid_finish_times([f[0] for f in flows], [f[1] for f in flows], 100.0, cap)
+    for i, t in enumerate(expected):
+        assert abs(finished[i] - t) <= 1e-6 * max(1.0, t), (i, finished[i], t)
