@@ -41,9 +41,13 @@ class Sampler:
         self.value.append(value)
 
     def _run(self):
+        """Sample until nothing else is scheduled: a run that can make no more progress must
+        still end (with SimPy's error), not tick on forever because of the sampler."""
         while True:
             yield self.env.timeout(self.period_s)
             self.sample()
+            if self.env.peek() == float("inf"):
+                return
 
     def sample(self) -> None:
         t = self.env.now
