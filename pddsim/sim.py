@@ -155,6 +155,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     replay = Replay(env, workload, cfg.workload, np.random.default_rng([seed, 3]), issue)
     replay.start()
     env.run(until=replay.all_ended)
+    env.run(until=pipeline.drained())
     if checks is not None:
         checks.at_end(in_flight)
     df = recorder.frame(cfg.slo)

@@ -23,7 +23,7 @@ class PddRequestState:
     """One request's state in the PDD pipeline: where its KV went, how far its handoff is."""
 
     __slots__ = ("req", "p", "p_held", "rld", "md", "shadow", "wan_flow", "transfers", "absorbed",
-                 "md_busy", "rounds", "final")
+                 "md_busy", "rounds", "final", "leftover")
 
     def __init__(self, req, p, md):
         self.req, self.p, self.md, self.rld = req, p, md, None
@@ -36,6 +36,7 @@ class PddRequestState:
         self.md_busy = False      # an extend is queued or running on the MD
         self.rounds = 0           # handoff messages sent
         self.final = False        # the last handoff has left the RLD
+        self.leftover = False     # the request ended while a catch-up part was under way
 
 
 class PDD(Disaggregated):
@@ -50,6 +51,7 @@ class PDD(Disaggregated):
         if st is not None and job is st.shadow:    # the MD cannot absorb the handed-over tokens
             st.shadow = None
             st.md_busy = False                     # no handoff follows: the RLD keeps the request
+            self._leftover_done(st)
             return
         super().failed(job, inst, reason)
 
@@ -140,6 +142,7 @@ class PDD(Disaggregated):
         if req.finish_s is not None:
             st.md_busy = False
             self._md_drop(st)
+            self._leftover_done(st)
             return
         context = req.input_tokens + st.absorbed
         self._md_drop(st)                       # the extend re-reserves prompt + tokens so far
@@ -158,6 +161,7 @@ class PDD(Disaggregated):
         st.md_busy = False
         if req.finish_s is not None:
             self._md_drop(st)
+            self._leftover_done(st)
             return
         st.absorbed = job.context - req.input_tokens
         if job is not req:                      # a catch-up part: the RLD is still streaming
@@ -166,6 +170,11 @@ class PDD(Disaggregated):
         req.handoffs = st.rounds
         req.handoff_stall_s = self.env.now - req.last_token_s
         md.stream(req)
+
+    def _leftover_done(self, st: PddRequestState) -> None:
+        if st.leftover:
+            st.leftover = False
+            self.leftover_done()
 
     def _md_drop(self, st: PddRequestState) -> None:
         """Free the KV a catch-up shadow holds on the MD."""
@@ -189,4 +198,10 @@ class PDD(Disaggregated):
                 self._transfer_done(req)
             if not st.md_busy:
                 self._md_drop(st)
+            elif st.shadow is not None and st.md.withdraw(st.shadow):   # queued: never runs
+                st.md_busy = False
+                self._md_drop(st)
+            else:                               # IDs in flight or an extend running: it drains
+                st.leftover = True
+                self.leftovers += 1
         super()._end(req)

@@ -16,6 +16,22 @@ class Pipeline:
         self.on_end = on_end
         self.dep: Deployment                 # set once built: instances need the pipeline first
         self.tracer = None                   # a timeline told of every transfer, when one is kept
+        self.leftovers = 0                   # work of ended requests still running (it drains)
+        self._drained = None
+
+    def leftover_done(self) -> None:
+        """One piece of an ended request's work has let go of what it held."""
+        self.leftovers -= 1
+        if self.leftovers == 0 and self._drained is not None:
+            self._drained.succeed()
+
+    def drained(self):
+        """An event for when the leftovers of ended requests have let go of their resources, so
+        a run ends with every instance back to what its caches hold."""
+        self._drained = self.env.event()
+        if self.leftovers == 0:
+            self._drained.succeed()
+        return self._drained
 
     def send(self, link, nbytes: float, on_arrival, req: Request, what: str):
         """Start a transfer for `req` on `link`; a timeline, if kept, draws it once delivered."""
