@@ -44,6 +44,22 @@ class LinkConfig(Strict):
     price_per_hour: float = Field(0.0, ge=0, description="USD per hour for the line")
 
 
+class RdmaConfig(Strict):
+    """A cluster's RDMA fabric: every instance sends and receives through the NICs of its own GPUs,
+    and flows between nodes share the fabric's core when it is oversubscribed."""
+
+    bandwidth_gbps: float | None = Field(
+        None, gt=0, description="scale-out NIC bandwidth of one node, each direction, Gbit/s "
+        "(null: gpus_per_node x the GPU catalog's per-GPU NIC); an instance of tp GPUs gets "
+        "tp / gpus_per_node of it")
+    gpus_per_node: int = Field(8, ge=1, description="GPUs in one node (sharing its NICs)")
+    oversubscription: float = Field(
+        1.0, ge=1, description="the core carries the instances' total NIC bandwidth divided by "
+        "this (1: non-blocking, no shared bottleneck)")
+    rtt_ms: float = Field(0.0, ge=0, description="round-trip time; a transfer pays half of it")
+    price_per_hour: float = Field(0.0, ge=0, description="USD per hour for the fabric")
+
+
 class InstanceGroup(Strict):
     role: Literal["prefill", "decode", "colocated", "relay"]
     count: int = Field(ge=1)
@@ -87,7 +103,7 @@ class Perf(Strict):
 
 class Cluster(Strict):
     gpu: str
-    rdma: LinkConfig
+    rdma: RdmaConfig = RdmaConfig()
     instances: list[InstanceGroup] = Field(min_length=1)
     perf: Perf | None = Field(None, description="this cluster's iteration-time model (default: perf)")
 

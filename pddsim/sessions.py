@@ -105,9 +105,8 @@ def _route_s(dep: Deployment, front, back, step: int, requests: pd.DataFrame) ->
     if front is back:
         return time + _decode_s(back.perf, inputs, decode)
     have = requests["hit_tokens_decode"].to_numpy() if back.cache is not None else 0
-    link = dep.link(front.cluster, back.cluster)
-    # a fresh link has no flow in flight: a new one gets the line rate (capped per flow)
-    time += link.expected_transfer_s((inputs - have) * dep.model.kv_bytes_per_token)
+    # an idle network: a new flow gets the line rate (capped per flow)
+    time += dep.expected_transfer_s(front, back, (inputs - have) * dep.model.kv_bytes_per_token)
     return time + _decode_s(back.perf, inputs + 1, decode)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from pddsim.config import bundled, load_config
 from pddsim.engine.invariants import CheckedEnvironment, Invariants
-from pddsim.engine.network import Link
+from pddsim.engine.network import Fabric, Link
 from pddsim.errors import InvariantError
 from pddsim.sim import load_workload, simulate
 
@@ -74,6 +74,20 @@ def test_a_flow_over_its_cap_and_rates_over_capacity_are_caught():
     env.timeout(0.5)
     with pytest.raises(InvariantError, match="exceed the 30.0 B/s"):
         env.run(until=3)
+
+
+def test_a_fabric_port_over_its_capacity_is_caught():
+    env = CheckedEnvironment()
+    fabric = Fabric(env, "rdma:a", 0.0)
+    for name in ("p", "d"):
+        fabric.attach(name, 100.0)
+    Invariants(env, [], [fabric])
+    fabric.send("p", "d", 1000, lambda: None)
+    env.run(until=1)
+    fabric.scale = 0.5                            # the rate it was given now exceeds the port
+    env.timeout(0.5)
+    with pytest.raises(InvariantError, match=r"p/tx at .* over its 50.0 B/s"):
+        env.run(until=2)
 
 
 def test_a_link_carrying_other_than_its_flows_sent_is_caught():

@@ -1,7 +1,7 @@
 import pytest
 import simpy
 
-from pddsim.engine.network import Link
+from pddsim.engine.network import Fabric, Link
 
 
 def _run(link_kwargs, flows, until=100):
@@ -95,3 +95,127 @@ def test_processor_sharing_mean_sojourn_matches_mm1_ps():
     env.run()
     expected = mean_size / bw / (1 - lam * mean_size / bw)   # 5.0
     assert np.mean(sojourn) == pytest.approx(expected, rel=0.08)
+
+
+# -- the fabric: NICs per endpoint, an optional core, max-min fair rates -----------------------
+
+def _fabric_run(nics, flows, core=None, latency_s=0.0, scale=1.0):
+    """nics: {endpoint: bytes/s}; flows: (start_s, src, dst, nbytes); returns delivery times."""
+    env = simpy.Environment()
+    fabric = Fabric(env, "f", latency_s, None if core is None else core * scale)
+    for name, bw in nics.items():
+        fabric.attach(name, bw * scale)
+    done = {}
+
+    def starter(i, t, src, dst, n):
+        yield env.timeout(t)
+        fabric.send(src, dst, n, lambda: done.__setitem__(i, env.now))
+
+    for i, f in enumerate(flows):
+        env.process(starter(i, *f))
+    env.run()
+    return fabric, done
+
+
+def test_max_min_rates_over_sender_and_receiver_nics():
+    # d0's NIC (4 B/s) is the first bottleneck: a (p0->d0) and c (p1->d0) get 2 each; p0 has 10-2=8
+    # left for b (p0->d1). a, c: 20 B at 2 B/s -> t=10; b: 80 B by t=10, its last 20 B alone at
+    # p0's 10 B/s -> t=12.
+    nics = {"p0": 10.0, "p1": 10.0, "d0": 4.0, "d1": 100.0}
+    fabric, done = _fabric_run(nics, [(0, "p0", "d0", 20), (0, "p0", "d1", 100), (0, "p1", "d0", 20)])
+    assert done == pytest.approx({0: 10.0, 1: 12.0, 2: 10.0})
+    assert fabric.bytes_carried == pytest.approx(140)
+
+
+def test_max_min_rates_through_an_oversubscribed_core():
+    # core 6 B/s shared by all three; d0 (1 B/s) fixes z at 1 first, then the core's 5 B/s left
+    # is split 2.5/2.5 between x and y (p1 has 10-1=9 left, not binding). x (25 B) and z (10 B)
+    # end at t=10; y has 25 B left, alone at min(p1 10, core 6) -> t=10+25/6.
+    nics = {"p0": 10.0, "p1": 10.0, "d0": 1.0, "d1": 100.0}
+    _, done = _fabric_run(nics, [(0, "p0", "d1", 25), (0, "p1", "d1", 50), (0, "p1", "d0", 10)],
+                          core=6.0)
+    assert done == pytest.approx({0: 10.0, 1: 10 + 25 / 6, 2: 10.0})
+
+
+def test_a_non_blocking_fabric_has_no_shared_bottleneck():
+    # disjoint pairs never slow each other, however many there are
+    nics = {f"{r}{i}": 10.0 for r in "pd" for i in range(16)}
+    _, done = _fabric_run(nics, [(0, f"p{i}", f"d{i}", 50) for i in range(16)], latency_s=0.5)
+    assert done == pytest.approx({i: 5.5 for i in range(16)})
+
+
+def test_one_pair_of_a_fabric_is_the_processor_sharing_link():
+    """Flows between one sender and one receiver: delivery times equal the PS link's exactly."""
+    import numpy as np
+    rng = np.random.default_rng(7)
+    flows = [(float(t), float(n)) for t, n in zip(np.cumsum(rng.exponential(1.0, 200)),
+                                                  rng.exponential(0.9, 200))]
+    _, link_done = _run(dict(bandwidth_Bps=1.0, latency_s=0.1), flows, until=None)
+    _, fabric_done = _fabric_run({"p": 1.0, "d": 3.0}, [(t, "p", "d", n) for t, n in flows],
+                                 latency_s=0.1)
+    assert fabric_done == pytest.approx(link_done, rel=1e-9)
+
+
+def test_incast_receiver_sojourn_matches_mm1_ps():
+    """Poisson flows from many fast senders into one receiver: its NIC is an M/M/1-PS server."""
+    import numpy as np
+    rng = np.random.default_rng(2)
+    lam, mean_size, n = 0.7, 1.0, 20000
+    starts = np.cumsum(rng.exponential(1 / lam, n))
+    sizes = rng.exponential(mean_size, n)
+    senders = rng.integers(0, 8, n)
+    nics = {**{f"p{i}": 100.0 for i in range(8)}, "d": 1.0}
+    _, done = _fabric_run(nics, [(t, f"p{s}", "d", x) for t, s, x in zip(starts, senders, sizes)])
+    sojourn = np.array([done[i] for i in range(n)]) - starts
+    assert np.mean(sojourn) == pytest.approx(mean_size / (1 - lam * mean_size), rel=0.08)
+
+
+def test_scaling_every_capacity_scales_every_rate():
+    # k times every capacity: the same allocation k times faster, so every flow ends k times sooner
+    nics = {"p0": 10.0, "p1": 7.0, "d0": 4.0, "d1": 9.0}
+    flows = [(0, "p0", "d0", 20), (0, "p0", "d1", 100), (0, "p1", "d0", 20), (0, "p1", "d1", 30)]
+    _, slow = _fabric_run(nics, flows, core=15.0)
+    _, fast = _fabric_run(nics, flows, core=15.0, scale=2.5)
+    assert fast == pytest.approx({i: t / 2.5 for i, t in slow.items()})
+
+
+def test_more_bandwidth_never_slows_a_transfer():
+    """Random arrivals into one shared receiver from senders of random speed, at 1x and at a
+    random k>1 times every capacity: no transfer ends later. (Across several bottlenecks max-min
+    fairness is not monotone flow by flow: a faster link can let one flow take a share another
+    flow needed elsewhere; what holds there is the instantaneous scaling above.)"""
+    import numpy as np
+    for trial in range(200):
+        rng = np.random.default_rng(trial)
+        n = int(rng.integers(2, 6))
+        nics = {**{f"p{i}": float(rng.uniform(1, 10)) for i in range(n)}, "d": float(rng.uniform(1, 10))}
+        flows = [(float(rng.uniform(0, 5)), f"p{rng.integers(0, n)}", "d", float(rng.uniform(1, 30)))
+                 for _ in range(int(rng.integers(2, 9)))]
+        _, base = _fabric_run(nics, flows)
+        _, more = _fabric_run(nics, flows, scale=float(rng.uniform(1, 3)))
+        assert all(more[i] <= base[i] + 1e-9 for i in base), trial
+
+
+def test_fabric_cancel_and_scale_free_and_stall_bandwidth():
+    env = simpy.Environment()
+    fabric = Fabric(env, "f", 0.0)
+    for name in ("p", "d"):
+        fabric.attach(name, 100.0)
+    done = {}
+    a = fabric.send("p", "d", 1000, lambda: done.__setitem__("a", env.now))
+    fabric.send("p", "d", 1000, lambda: done.__setitem__("b", env.now))
+
+    def events():
+        yield env.timeout(4)          # each got 200 B
+        fabric.cancel(a)
+        yield env.timeout(2)          # b: 400 B
+        fabric.set_scale(0.0)         # down: b stalls
+        yield env.timeout(10)
+        fabric.set_scale(0.5)         # back at half speed: 600 B at 50 B/s
+
+    env.process(events())
+    env.run()
+    assert "a" not in done and a.sent == pytest.approx(200)
+    assert done["b"] == pytest.approx(16 + 600 / 50)
+    assert fabric.bytes_carried == pytest.approx(1200)
+    assert fabric.busy_s == pytest.approx(28)

@@ -190,3 +190,26 @@ def test_coalescing_decode_iterations_changes_no_result(scenario):
             assert stepped[key] == value, key
         else:
             assert stepped[key] == pytest.approx(value, rel=1e-6, nan_ok=True), key
+
+
+def test_doubling_the_cluster_and_its_load_leaves_ttft_unchanged(make_config):
+    """Each instance's NICs carry its own KV: twice the instances at twice the arrival rate see
+    the same per-NIC load (~40% here), so TTFT does not grow (a cluster-wide shared link would be
+    at 80% and then 160%). The bigger pool routes a little better, so TTFT may drop slightly."""
+    def ttft_p50(k):
+        cfg = make_config(roles=(("prefill", 2 * k), ("decode", 2 * k)),
+                          clusters__a__rdma={"bandwidth_gbps": 40})
+        w = poisson_workload(400 * k, 4.0 * k, 3000, 60, input_sigma=0.3, seed=k)
+        return simulate(cfg, w).summary["ttft_p50_s"]
+
+    small, big = ttft_p50(1), ttft_p50(2)
+    assert 0.8 * small <= big <= 1.05 * small
+
+
+def test_decoders_count_the_kv_on_its_way_to_them(make_config, make_workload):
+    """Two prefills ending together: the second KV goes to the other decoder, not to the one the
+    first is still travelling to (both would share its NICs)."""
+    cfg = make_config(roles=(("prefill", 2), ("decode", 2)), clusters__a__rdma={"bandwidth_gbps": 8})
+    res = simulate(cfg, make_workload((0.0, 4000, 3), (0.0, 4000, 3)))
+    kv_s = 4000 * KV / 1e9        # 4000 tokens at 1 GB/s, alone on a pair of NICs
+    assert res.requests.ttft_s.max() == pytest.approx(0.01 + 4000 * 1e-5 + kv_s, rel=0.02)

@@ -64,6 +64,7 @@ class Instance:
         self._run_in_flight = None            # the decode run under way and its start time
         self._run_t0 = 0.0
         self.pending_prefill_tokens = 0
+        self.inbound_tokens = 0               # prompts whose KV is on its way here (the pipeline's)
         self.waiting_tokens = 0
         self.busy_s = 0.0
         self.tokens_decoded = 0
@@ -108,9 +109,10 @@ class Instance:
     @property
     def queued_tokens(self) -> int:
         """Work accepted but not done: prefill tokens still to compute on a prefill-side instance
-        (net of the prefix hits they will get), tokens waiting for admission (memory) on a decoder."""
+        (net of the prefix hits they will get), tokens waiting for admission (memory) on a decoder,
+        and the prompts whose KV is on its way to it over RDMA (it takes them when it lands)."""
         return self.pending_prefill_tokens if self.role in ("prefill", "colocated") \
-            else self.waiting_tokens
+            else self.waiting_tokens + self.inbound_tokens
 
     def cached_tokens(self, req: Request) -> int:
         if self.cache is None or not req.hash_ids:

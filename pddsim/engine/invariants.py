@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import simpy
 
+from pddsim.engine.network import Fabric
 from pddsim.errors import InvariantError
 
 REL = 1e-9     # float slack for byte and rate sums
@@ -58,6 +59,9 @@ class Invariants:
                 raise InvariantError(f"{inst.name} at {self.env.now} s: KV in use {used} tokens "
                                      f"(held {inst.held}) outside [0, {inst.capacity}]")
         for link in self.links:
+            if isinstance(link, Fabric):
+                self._check_fabric(link)
+                continue
             rate, active = link._rate, link._active
             if active < 0:
                 raise InvariantError(f"{link.name}: {active} flows in flight")
@@ -67,6 +71,12 @@ class Invariants:
             if rate * active > link.capacity_Bps * (1 + REL):
                 raise InvariantError(f"{link.name} at {self.env.now} s: {active} flows at {rate} B/s "
                                      f"exceed the {link.capacity_Bps} B/s left for them")
+
+    def _check_fabric(self, fabric: Fabric) -> None:
+        for port, load, capacity in fabric.port_loads():
+            if load > capacity * (1 + REL):
+                raise InvariantError(f"{port} at {self.env.now} s: its flows get {load} B/s, over "
+                                     f"its {capacity} B/s")
 
     def request_ended(self, req) -> None:
         if req.failed is None and req.tokens_out != req.output_tokens:

@@ -1,11 +1,13 @@
-"""Links carrying KV-cache flows: RDMA inside a cluster, the WAN between clusters.
+"""What carries KV-cache flows: a fabric of NICs inside a cluster (RDMA), a link between clusters
+(the WAN).
 
 A link is a processor-sharing server: the n flows in flight each get min(cap, capacity/n) bytes/s,
 which is the max-min fair share when every flow has the same per-flow cap (a single TCP flow's
 window limit on the WAN). Progress is tracked in "virtual bytes" V(t), the bytes each in-flight flow
 has received since the link was built; a flow ends when V reaches its start mark plus its size, so
 an arrival, a departure or a capacity change costs one heap operation and one rescheduled event.
-Delivery happens one-way latency after the last byte leaves.
+Delivery happens one-way latency after the last byte leaves. A fabric is a set of such capacities
+(each endpoint's NICs, the core) with flows crossing several of them: see `Fabric`.
 """
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ class Link:
         self.flows_started += 1
         if nbytes <= 0:
             flow.done = True
-            self._deliver(flow)
+            deliver(self.env, self.latency_s, flow)
             return flow
         self._seq += 1
         heapq.heappush(self._heap, (self._mark + flow.size, self._seq, flow))
@@ -136,13 +138,196 @@ class Link:
                 finished.append(flow)
         self._reschedule()
         for flow in finished:
-            self._deliver(flow)
+            deliver(self.env, self.latency_s, flow)
 
-    def _deliver(self, flow: Flow) -> None:
-        if self.latency_s > 0:
-            self.env.timeout(self.latency_s).callbacks.append(lambda _e: flow.on_delivered())
-        else:
-            flow.on_delivered()
+
+
+class FabricFlow(Flow):
+    """A flow across a fabric: the ports it crosses and the rate it gets now."""
+
+    __slots__ = ("path", "rate")
+
+    def __init__(self, size: float, path: tuple, on_delivered: Callable[[], None]):
+        super().__init__(size, 0.0, on_delivered)
+        self.path = path
+        self.rate = 0.0
+
+
+class Port:
+    """One capacity flows cross: an endpoint's sending or receiving NICs, or the fabric's core."""
+
+    __slots__ = ("name", "capacity_Bps", "left", "unfixed")
+
+    def __init__(self, name: str, capacity_Bps: float):
+        self.name = name
+        self.capacity_Bps = capacity_Bps
+        self.left = 0.0                      # scratch of the rate allocation
+        self.unfixed = 0
+
+
+class Fabric:
+    """A cluster's RDMA network: each endpoint (instance) sends through its own NICs and receives
+    through them, and every flow between two endpoints also crosses the core when the fabric is
+    oversubscribed (a non-blocking fabric has none). A flow gets the max-min fair rate over the
+    ports it crosses, found by progressive filling: raise every unfixed flow's rate together until
+    a port is full, fix the flows crossing it at that rate, repeat. Rates are recomputed when a
+    flow starts or ends, or a capacity changes: one event per change, not per packet. So a bigger
+    cluster at the same load per endpoint is no slower, and a receiver fed by many senders is the
+    bottleneck it is in a real network (incast)."""
+
+    def __init__(self, env, name: str, latency_s: float, core_Bps: float | None = None):
+        self.env = env
+        self.name = name
+        self.latency_s = latency_s
+        self.core = None if core_Bps is None else Port(f"{name}/core", core_Bps)
+        self.scale = 1.0                     # the share of every capacity in service (faults)
+        self.bytes_carried = 0.0
+        self.flows_started = 0
+        self.busy_s = 0.0
+        self._tx: dict[object, Port] = {}
+        self._rx: dict[object, Port] = {}
+        self._flows: list[FabricFlow] = []
+        self._last_s = 0.0
+        self._gen = 0
+
+    def attach(self, endpoint, nic_Bps: float) -> None:
+        """Give `endpoint` NICs of `nic_Bps` in each direction."""
+        name = getattr(endpoint, "name", str(endpoint))
+        self._tx[endpoint] = Port(f"{name}/tx", nic_Bps)
+        self._rx[endpoint] = Port(f"{name}/rx", nic_Bps)
+
+    # -- public -----------------------------------------------------------------------------
+    @property
+    def capacity_Bps(self) -> float:
+        """The most the fabric carries at once: every sender at its NICs' rate, or the core's."""
+        total = sum(p.capacity_Bps for p in self._tx.values())
+        return self.scale * (total if self.core is None else min(total, self.core.capacity_Bps))
+
+    @property
+    def flows_in_flight(self) -> int:
+        return len(self._flows)
+
+    def send(self, src, dst, nbytes: float, on_delivered: Callable[[], None]) -> FabricFlow:
+        """Start a flow of `nbytes` from endpoint `src` to `dst`."""
+        self._advance()
+        path = (self._tx[src], self._rx[dst]) if self.core is None \
+            else (self._tx[src], self.core, self._rx[dst])
+        flow = FabricFlow(float(nbytes), path, on_delivered)
+        self.flows_started += 1
+        if nbytes <= 0:
+            flow.done = True
+            deliver(self.env, self.latency_s, flow)
+            return flow
+        self._flows.append(flow)
+        self._reschedule()
+        return flow
+
+    def cancel(self, flow: FabricFlow) -> None:
+        """Stop a flow; the bytes already sent stay counted, its share is freed."""
+        if flow.done:
+            return
+        self._advance()
+        flow.done = True
+        self.bytes_carried += flow.sent
+        self._flows.remove(flow)
+        self._reschedule()
+
+    def set_scale(self, scale: float) -> None:
+        """Run every port at `scale` of its capacity (a degraded or failed fabric)."""
+        self._advance()
+        self.scale = scale
+        self._reschedule()
+
+    def expected_transfer_s(self, src, dst, nbytes, *, nominal: bool = True):
+        """The time `nbytes` takes from `src` to `dst` on an idle fabric."""
+        rate = min(self._tx[src].capacity_Bps, self._rx[dst].capacity_Bps,
+                   float("inf") if self.core is None else self.core.capacity_Bps)
+        return nbytes / rate + self.latency_s
+
+    def port_loads(self) -> list[tuple[str, float, float]]:
+        """(port, rate of the flows crossing it, capacity in service) for every port in use."""
+        loads: dict[int, list] = {}
+        for f in self._flows:
+            for p in f.path:
+                loads.setdefault(id(p), [p.name, 0.0, self.scale * p.capacity_Bps])[1] += f.rate
+        return [tuple(v) for v in loads.values()]
+
+    # -- internals --------------------------------------------------------------------------
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self._last_s
+        if self._flows and dt > 0:
+            for f in self._flows:
+                f.sent += f.rate * dt
+            self.busy_s += dt
+        self._last_s = now
+
+    def _allocate(self) -> None:
+        """Max-min fair rates by progressive filling."""
+        flows = self._flows
+        if len(flows) == 1:
+            flows[0].rate = self.scale * min(p.capacity_Bps for p in flows[0].path)
+            return
+        ports = {}
+        for f in flows:
+            for p in f.path:
+                if id(p) not in ports:
+                    ports[id(p)] = p
+                    p.left = self.scale * p.capacity_Bps
+                    p.unfixed = 0
+                p.unfixed += 1
+        unfixed = flows
+        while unfixed:
+            neck = min((p for p in ports.values() if p.unfixed),
+                       key=lambda p: p.left / p.unfixed)
+            share = max(neck.left, 0.0) / neck.unfixed
+            rest = []
+            for f in unfixed:
+                if neck in f.path:
+                    f.rate = share
+                    for p in f.path:
+                        p.left -= share
+                        p.unfixed -= 1
+                else:
+                    rest.append(f)
+            unfixed = rest
+
+    def _reschedule(self) -> None:
+        self._gen += 1
+        if not self._flows:
+            return
+        self._allocate()
+        delay = min(((f.size - f.sent) / f.rate if f.rate > 0 else float("inf")) for f in self._flows)
+        if delay != float("inf"):
+            gen = self._gen
+            self.env.timeout(max(delay, 0.0)).callbacks.append(lambda _e: self._on_timer(gen))
+
+    def _on_timer(self, gen: int) -> None:
+        if gen != self._gen:
+            return
+        self._advance()
+        finished, active = [], []
+        tol_s = 1e-12 * max(1.0, self.env.now)   # above the clock's float resolution
+        for f in self._flows:
+            if f.size - f.sent <= max(1e-9 * f.size, f.rate * tol_s):
+                f.done = True
+                f.sent = f.size
+                self.bytes_carried += f.size
+                finished.append(f)
+            else:
+                active.append(f)
+        self._flows = active
+        self._reschedule()
+        for f in finished:
+            deliver(self.env, self.latency_s, f)
+
+
+def deliver(env, latency_s: float, flow: Flow) -> None:
+    """The flow's last byte left now: it arrives one-way latency later."""
+    if latency_s > 0:
+        env.timeout(latency_s).callbacks.append(lambda _e: flow.on_delivered())
+    else:
+        flow.on_delivered()
 
 
 def background_load(env, link: Link, *, mean: float, std: float, period_s: float,

@@ -1,5 +1,6 @@
 """Turns a config into live objects: instances per role with their memory and performance model,
-an RDMA link per cluster and the WAN between clusters. Converts config units to SI, once."""
+an RDMA fabric per cluster (each instance's NICs, the core) and the WAN link between clusters.
+Converts config units to SI, once."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,9 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from pddsim import catalog
-from pddsim.config import Config, LinkConfig
+from pddsim.config import Config, LinkConfig, RdmaConfig
 from pddsim.engine.instance import Instance
-from pddsim.engine.network import Link, background_load
+from pddsim.engine.network import Fabric, Flow, Link, background_load
 from pddsim.engine.perf import PERF_MODELS
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.errors import InputError
@@ -22,17 +23,31 @@ GBIT = 1e9 / 8
 class Deployment:
     model: catalog.ModelSpec
     pools: dict[str, list[Instance]] = field(default_factory=dict)
-    rdma: dict[str, Link] = field(default_factory=dict)
+    rdma: dict[str, Fabric] = field(default_factory=dict)
     wan: Link | None = None
 
-    def link(self, src_cluster: str, dst_cluster: str) -> Link:
-        if src_cluster == dst_cluster:
-            return self.rdma[src_cluster]
+    def carrier(self, src: Instance, dst: Instance) -> Fabric | Link:
+        """What a transfer from `src` to `dst` crosses: their cluster's fabric, or the WAN."""
+        return self.rdma[src.cluster] if src.cluster == dst.cluster else self._wan()
+
+    def _wan(self) -> Link:
         assert self.wan is not None, "two clusters have a WAN line (the config requires it)"
         return self.wan
 
+    def send(self, src: Instance, dst: Instance, nbytes: float, on_delivered) -> Flow:
+        """Move `nbytes` of KV from `src` to `dst`: over their cluster's fabric, or the WAN."""
+        if src.cluster == dst.cluster:
+            return self.rdma[src.cluster].send(src, dst, nbytes, on_delivered)
+        return self._wan().send(nbytes, on_delivered)
+
+    def expected_transfer_s(self, src: Instance, dst: Instance, nbytes):
+        """What `nbytes` from `src` to `dst` take on an idle network."""
+        if src.cluster == dst.cluster:
+            return self.rdma[src.cluster].expected_transfer_s(src, dst, nbytes)
+        return self._wan().expected_transfer_s(nbytes)
+
     @property
-    def links(self) -> list[Link]:
+    def links(self) -> list[Link | Fabric]:
         return list(self.rdma.values()) + ([self.wan] if self.wan else [])
 
 
@@ -59,13 +74,32 @@ def make_link(env, name: str, lc: LinkConfig, rng: np.random.Generator) -> Link:
     return link
 
 
+def node_Bps(rdma: RdmaConfig, gpu: catalog.GpuSpec) -> float:
+    """A node's NIC bandwidth, each direction."""
+    gbps = rdma.bandwidth_gbps if rdma.bandwidth_gbps is not None else rdma.gpus_per_node * gpu.nic_gbps
+    return gbps * GBIT
+
+
+def make_fabric(env, name: str, rdma: RdmaConfig, gpu: catalog.GpuSpec,
+                instances: list[tuple[Instance, int]]) -> Fabric:
+    """A fabric joining `instances` (each with its tp): an instance's KV leaves through the NICs
+    of its own GPUs; an oversubscribed core carries their total divided by the ratio."""
+    per_gpu = node_Bps(rdma, gpu) / rdma.gpus_per_node
+    total = sum(tp for _, tp in instances) * per_gpu
+    fabric = Fabric(env, name, rdma.rtt_ms / 2e3,
+                    None if rdma.oversubscription == 1 else total / rdma.oversubscription)
+    for inst, tp in instances:
+        fabric.attach(inst, tp * per_gpu)
+    return fabric
+
+
 def build(env, cfg: Config, hooks, seed: int) -> Deployment:
     model = catalog.model(cfg.model)
     dep = Deployment(model=model)
-    for ci, (cname, cluster) in enumerate(cfg.clusters.items()):
+    for cname, cluster in cfg.clusters.items():
         gpu = catalog.gpu(cluster.gpu)
         perf_cfg = cluster.perf or cfg.perf        # a cluster of other GPUs needs its own table
-        dep.rdma[cname] = make_link(env, f"rdma:{cname}", cluster.rdma, np.random.default_rng([seed, 1, ci]))
+        members = []
         for gi, group in enumerate(cluster.instances):
             where = f"clusters.{cname}.instances.{gi}"
             capacity = kv_capacity_tokens(cfg, model, gpu, group.tp, where)
@@ -80,6 +114,8 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
                 pool.append(Instance(env, f"{cname}/{group.role}{len(pool)}", group.role, cname,
                                      perf=perf, kv_capacity_tokens=capacity, batching=cfg.batching,
                                      cache=cache, hooks=hooks))
+                members.append((pool[-1], group.tp))
+        dep.rdma[cname] = make_fabric(env, f"rdma:{cname}", cluster.rdma, gpu, members)
     if cfg.wan is not None and len(cfg.clusters) == 2:
         dep.wan = make_link(env, "wan", cfg.wan, np.random.default_rng([seed, 2]))
     return dep

@@ -134,7 +134,7 @@ class PDD(Disaggregated):
             req.handoff_tail_tokens = n_ids
         nbytes = n_ids * self.cfg.token_id_bytes
         req.wan_bytes += nbytes
-        self.send(self.wan, nbytes, lambda: self._ids_arrived(req, n_ids, final), req,
+        self.send(st.rld, st.md, nbytes, lambda: self._ids_arrived(req, n_ids, final), req,
                   "token IDs")
 
     def _ids_arrived(self, req: Request, n_ids: int, final: bool) -> None:

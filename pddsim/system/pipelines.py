@@ -33,16 +33,17 @@ class Pipeline:
             self._drained.succeed()
         return self._drained
 
-    def send(self, link, nbytes: float, on_arrival, req: Request, what: str):
-        """Start a transfer for `req` on `link`; a timeline, if kept, draws it once delivered."""
+    def send(self, src, dst, nbytes: float, on_arrival, req: Request, what: str):
+        """Start a transfer for `req` from instance `src` to `dst`; a timeline, if kept, draws it
+        once delivered."""
         if self.tracer is None:
-            return link.send(nbytes, on_arrival)
+            return self.dep.send(src, dst, nbytes, on_arrival)
         t0 = self.env.now
 
         def arrived():
-            self.tracer.transfer(link, t0, self.env.now, nbytes, req.idx, what)
+            self.tracer.transfer(self.dep.carrier(src, dst), t0, self.env.now, nbytes, req.idx, what)
             on_arrival()
-        return link.send(nbytes, arrived)
+        return self.dep.send(src, dst, nbytes, arrived)
 
     def dispatch(self, req: Request) -> None:
         raise NotImplementedError
@@ -95,15 +96,22 @@ class Disaggregated(Pipeline):
             req.hit_tokens_decode = have
         kv = self.dep.model.kv_bytes_per_token
         nbytes = (req.input_tokens - have) * kv
-        link = self.dep.link(src.cluster, dst.cluster)
-        if link is self.dep.wan:
+        if src.cluster != dst.cluster:
             req.wan_bytes += nbytes
             req.wan_bytes_no_drc += req.input_tokens * kv
         else:
             req.rdma_bytes += nbytes
         if streams:
-            req.enter("kv_wan" if link is self.dep.wan else "kv_rdma", self.env.now)
-        return self.send(link, nbytes, on_arrival, req, "prompt KV")
+            req.enter("kv_wan" if src.cluster != dst.cluster else "kv_rdma", self.env.now)
+        if not streams or src.cluster != dst.cluster:
+            return self.send(src, dst, nbytes, on_arrival, req, "prompt KV")
+        # inside a cluster the pick decides whose NICs the KV crosses: a router sees it coming
+        dst.inbound_tokens += req.input_tokens
+
+        def landed():
+            dst.inbound_tokens -= req.input_tokens
+            on_arrival()
+        return self.send(src, dst, nbytes, landed, req, "prompt KV")
 
     def _kv_arrived(self, req: Request, p, d) -> None:
         p.release(req)
