@@ -1,5 +1,5 @@
-"""Command line: `pddsim run | compare | capacity | sweep | check | validate | schema | trace | bench |
-perf`.
+"""Command line: `pddsim run | compare | capacity | sweep | plan | check | validate | schema | trace |
+bench | perf`.
 
 Bad input ends with one line on stderr and exit status 2; an internal error with one line and exit
 status 1 (`--debug`: the traceback).
@@ -185,20 +185,50 @@ def cmd_capacity(args) -> int:
     return 0
 
 
+def _backend(args):
+    from pddsim.experiments.backends import open_backend
+    return open_backend(args.backend, jobs=args.jobs, address=args.address)
+
+
+def _cache(args):
+    from pddsim.experiments.result_cache import ResultCache
+    return ResultCache(args.cache) if args.cache else None
+
+
 def cmd_sweep(args) -> int:
     from pddsim.experiments.sweep import format_sweep, grid_points, sweep, table_writer
     write = table_writer(args.out) if args.out else None
     points = grid_points(args.grid)
-    with _progress(len(points), args.quiet) as bar:
+    cache = _cache(args)
+    with _backend(args) as backend, _progress(len(points), args.quiet) as bar:
         bar.unit = "point"
         table = sweep(args.config or DEFAULT_CONFIG, args.grid, args.set or [], capacity=args.capacity,
-                      jobs=args.jobs, seed=args.seed, on_progress=bar.update)
+                      seed=args.seed, on_progress=bar.update, backend=backend, cache=cache)
     if write:
         write(table)
     if args.json:
         print(_json(table.to_dict(orient="records")))
     else:
         print(format_sweep(table, list(points[0])))
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from pddsim.experiments.plan import format_plan, plan, write_outputs
+    cache = _cache(args)
+    with _backend(args) as backend, _progress(None, args.quiet) as bar:
+        bar.unit = "run"
+
+        def total(n):
+            bar.total = n
+            bar.refresh()
+
+        result = plan(args.config or DEFAULT_CONFIG, args.vary, args.set or [], budget=args.budget,
+                      load=args.load, objective=args.objective, seeds=args.seeds, seed=args.seed,
+                      backend=backend, cache=cache, on_progress=bar.update, on_total=total)
+    if args.out:
+        write_outputs(result, args.out)
+    print(_json(result.to_json()) if args.json else format_plan(result))
     return 0
 
 
@@ -296,6 +326,15 @@ def _add_config_args(p, *, trace=True):
         p.add_argument("--trace", metavar="PATH", help="replay this trace instead of the config's")
 
 
+def _add_backend_args(p):
+    p.add_argument("--backend", choices=("processes", "ray"), default="processes",
+                   help="local worker processes (default) or a Ray cluster")
+    p.add_argument("--address", metavar="HOST:PORT", help="Ray cluster (default: start a local one)")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="local workers (default: one per CPU; 1 runs in this process)")
+    p.add_argument("--cache", metavar="DIR", help="keep finished points here and reuse them (resume)")
+
+
 def parser() -> Parser:
     top = Parser(prog="pddsim", description="Simulate cross-datacenter PD / PDD LLM serving.")
     sub = top.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -354,11 +393,30 @@ def parser() -> Parser:
     swp.add_argument("--seed", type=int)
     swp.add_argument("--capacity", action="store_true",
                      help="also search each point's capacity (bisection; many more runs)")
-    swp.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per CPU)")
+    _add_backend_args(swp)
     swp.add_argument("--out", metavar="FILE", help="write the whole table, .csv or .parquet")
     swp.add_argument("--json", action="store_true", help="print a list of row objects")
     swp.add_argument("--quiet", action="store_true")
     swp.set_defaults(func=cmd_sweep)
+
+    pln = sub.add_parser("plan", help="search deployment shapes around a config: the best for a "
+                         "budget, or the cheapest for a load")
+    _add_config_args(pln, trace=False)
+    pln.add_argument("--vary", action="append", required=True, metavar="PATH=A..B|V1,V2,...",
+                     help="a dimension: integers A to B (A..B:STEP) or listed values; repeat")
+    pln.add_argument("--budget", type=float, metavar="USD_PER_HOUR", help="cost per hour at most")
+    pln.add_argument("--load", type=float, metavar="RPS", help="capacity at least this")
+    pln.add_argument("--objective", choices=("bcr", "capacity", "cost"),
+                     help="bcr at capacity (default), capacity, or cost (least; default with --load)")
+    pln.add_argument("--seeds", type=int, default=1, metavar="N",
+                     help="measure each point over N seeds: mean and 95%% interval")
+    pln.add_argument("--seed", type=int, help="first seed (default: the config's)")
+    _add_backend_args(pln)
+    pln.add_argument("--out", metavar="DIR", help="write points.parquet, heatmap.png, pareto.png")
+    pln.add_argument("--json", action="store_true",
+                     help="print best, pareto, points, simulated, space as one object")
+    pln.add_argument("--quiet", action="store_true")
+    pln.set_defaults(func=cmd_plan)
 
     chk = sub.add_parser("check", help="re-run pinned scenarios; exit 1 if a figure moved")
     chk.add_argument("golden", help="golden YAML file")

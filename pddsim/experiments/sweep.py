@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-import os
-from concurrent.futures import ProcessPoolExecutor
+import json
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
@@ -22,7 +21,9 @@ import yaml
 
 from pddsim.config import Config, load_config
 from pddsim.errors import InputError
+from pddsim.experiments.backends import Failed, Processes
 from pddsim.experiments.compare import ROWS, compare, format_cell
+from pddsim.experiments.result_cache import ResultCache, workload_digest
 from pddsim.sim import load_workload
 from pddsim.system.deployment import check_fits
 from pddsim.workload.model import Workload
@@ -33,14 +34,15 @@ HEADLINE = ("ttft_p50_s", "ttft_p90_s", "tpot_mean_s", "slo_attainment", "goodpu
 WRITERS = {".csv": "to_csv", ".parquet": "to_parquet"}
 
 
-def _axis(text: str) -> tuple[str, list]:
+def parse_axis(text: str, flag: str = "--grid") -> tuple[str, list]:
+    """`KEY=V1,V2,...` -> (KEY, values), the values parsed as one YAML flow list."""
     key, sep, values = text.partition("=")
     try:
         parsed = yaml.safe_load(f"[{values}]") if sep and key.strip() else None
     except yaml.YAMLError:
         parsed = None
     if not parsed:
-        raise InputError(f"--grid {text}: expected KEY=V1,V2,... (values parsed as YAML)")
+        raise InputError(f"{flag} {text}: expected KEY=V1,V2,... (values parsed as YAML)")
     return key.strip(), parsed
 
 
@@ -51,7 +53,7 @@ def grid_points(grids: list[str]) -> list[dict[str, Any]]:
     `--grid 'gpu_prices={h200: 4},{h200: 5}'`)."""
     axes: dict[str, list] = {}
     for text in grids:
-        key, values = _axis(text)
+        key, values = parse_axis(text)
         if key in axes:
             raise InputError(f"--grid {key}: given twice")
         axes[key] = values
@@ -74,41 +76,59 @@ def _point_config(base_path, overrides, point: dict[str, Any], n: int) -> Config
     return cfg
 
 
-def _run_point(cfg: Config, *, workload: Workload | None, capacity: bool, seed: int | None) -> dict:
-    """One point's summary (module level: worker processes unpickle it by name). With no shared
-    workload the point builds its own, in the worker."""
+def _run_point(shared: tuple[Workload | None, bool, int | None], cfg: Config) -> dict:
+    """One point's summary (module level: workers call it by name). With no shared workload the
+    point builds its own, in the worker."""
+    workload, capacity, seed = shared
     summary = compare([cfg], load_workload(cfg) if workload is None else workload,
                       seed=seed, capacity=capacity)[0]
     del summary["wall_s"]          # host timing: the table must not depend on --jobs
-    return summary
+    return json.loads(json.dumps(summary, default=float))   # plain values, as the cache keeps them
 
 
 def sweep(base_path: str | Path, grids: list[str], overrides: Sequence[str] = (),
           capacity: bool = False, jobs: int | None = None, seed: int | None = None,
-          on_progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+          on_progress: Callable[[int], None] | None = None, backend=None,
+          cache: ResultCache | None = None) -> pd.DataFrame:
     """One row per grid point, in grid order: the grid keys' values, then the run's summary (with
-    `capacity`, also `capacity_rps` and `bcr_at_capacity`). `jobs` worker processes (default: one
-    per CPU; 1 runs in this process); `on_progress(1)` as each point's row arrives.
+    `capacity`, also `capacity_rps` and `bcr_at_capacity`); a point that failed for good has its
+    reason under `failed`. `backend` runs the points (default: `jobs` local processes, one per CPU;
+    1 runs in this process); `cache` keeps finished points and reuses them; `on_progress(1)` as
+    each point's row arrives.
 
     The workload is built once, from the base config, unless a grid key is under `workload`; so a
     grid over `seed` varies the run's randomness (WAN background, predictor), not the traffic (and
     only when no `seed` argument overrides every point's).
     """
-    if jobs is not None and jobs < 1:
-        raise InputError(f"--jobs {jobs}: must be at least 1")
     points = grid_points(grids)
     configs = [_point_config(base_path, overrides, p, n) for n, p in enumerate(points, 1)]
     per_point = any(key.split(".")[0] == "workload" for key in points[0])
     shared = None if per_point else load_workload(load_config(base_path, overrides))
-    run = partial(_run_point, workload=shared, capacity=capacity, seed=seed)
-    workers = min(jobs or os.cpu_count() or 1, len(configs))
-    rows = []
-    with ProcessPoolExecutor(workers) if workers > 1 else nullcontext() as pool:
-        for point, summary in zip(points, pool.map(run, configs) if pool else map(run, configs)):
-            rows.append({**point, **summary})
-            if on_progress is not None:
+    summaries: list = [None] * len(configs)
+    keys = [None] * len(configs)
+    if cache is not None:
+        task = f"sweep-capacity={capacity}"
+        digest = workload_digest(shared) if shared is not None else ""
+        for i, cfg in enumerate(configs):
+            run_seed = cfg.seed if seed is None else seed
+            keys[i] = cache.key(task, cfg, digest or workload_digest(load_workload(cfg)), run_seed)
+            summaries[i] = cache.get(keys[i])
+            if summaries[i] is not None and on_progress is not None:
                 on_progress(1)
-    return pd.DataFrame(rows)
+    todo = [i for i, s in enumerate(summaries) if s is None]
+
+    def done(j: int, value) -> None:
+        if cache is not None and not isinstance(value, Failed):
+            cache.put(keys[todo[j]], value)
+        if on_progress is not None:
+            on_progress(1)
+
+    with Processes(jobs) if backend is None else nullcontext() as owned:
+        results = (owned or backend).map(_run_point, [configs[i] for i in todo],
+                                         (shared, capacity, seed), done)
+    for i, value in zip(todo, results):
+        summaries[i] = {"failed": value.reason} if isinstance(value, Failed) else value
+    return pd.DataFrame([{**point, **summary} for point, summary in zip(points, summaries)])
 
 
 def format_sweep(table: pd.DataFrame, grid_keys: list[str]) -> str:

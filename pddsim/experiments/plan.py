@@ -1,0 +1,522 @@
+"""Plan: search the deployment space around a base config for the shape that serves best per dollar
+(or most, or a load at the least cost), measuring each shape's capacity rather than guessing it.
+
+The space is the product of `--vary PATH=A..B` or `PATH=V1,V2,...` axes over any dotted config path.
+A point costs nothing to price, a lot to measure (a capacity search), so the search measures as few
+as it can while staying exact:
+
+* a point over the budget is never run;
+* capacity does not fall when instances are added to a pool (the bottleneck pool gains capacity,
+  any other pool leaves it unchanged), so a measured point bounds the capacity of every point with
+  fewer instances and otherwise the same values (up to the capacity search's tolerance). A point whose bound is below `--load` cannot meet
+  it; a point whose bound cannot beat the best so far on the objective, and which a measured point
+  at no more cost already matches (dominated on cost and capacity), can neither win nor sit on the
+  Pareto front; both are pruned unrun.
+
+Points run in waves, alternately the largest (maximal) and the smallest (minimal) of the points
+still open: the largest give the bounds, the smallest the cheap points that dominate. A wave is
+chosen from the measurements of the waves before it only, so which points run, and every number,
+is the same whatever the backend or the number of workers.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import re
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from pddsim.config import Config, load_config
+from pddsim.cost import cost_per_hour
+from pddsim.errors import InputError
+from pddsim.experiments.backends import Failed, Processes
+from pddsim.experiments.capacity import find_capacity
+from pddsim.experiments.result_cache import ResultCache, workload_digest
+from pddsim.experiments.sweep import parse_axis
+from pddsim.sim import load_workload
+from pddsim.system.deployment import check_fits
+from pddsim.workload.model import Workload
+
+OBJECTIVES = ("bcr", "capacity", "cost")
+TASK = "plan-capacity"      # what a cached result measured
+CAPACITY_TOL = 0.03         # the capacity search's relative tolerance, hence the slack on bounds
+# two-sided 95% Student-t quantiles by degrees of freedom (beyond 30: the 30 value, conservative)
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042]
+RANGE = re.compile(r"\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*(?::\s*(\d+)\s*)?")
+
+
+def parse_vary(texts: list[str]) -> dict[str, list]:
+    """`PATH=A..B[:STEP]` (integers, both ends included) or `PATH=V1,V2,...` (as `--grid`)."""
+    axes: dict[str, list] = {}
+    for text in texts:
+        key, _, spec = text.partition("=")
+        m = RANGE.fullmatch(spec)
+        if m and key.strip():
+            lo, hi, step = int(m[1]), int(m[2]), int(m[3] or 1)
+            values = list(range(lo, hi + 1, step)) if step > 0 else []
+            if not values:
+                raise InputError(f"--vary {text}: empty range")
+            key = key.strip()
+        else:
+            key, values = parse_axis(text, "--vary")
+        if key in axes:
+            raise InputError(f"--vary {key}: given twice")
+        axes[key] = values
+    if not axes:
+        raise InputError("plan: give at least one --vary PATH=RANGE|LIST")
+    return axes
+
+
+def measure(workloads: dict[str, Workload], task: tuple[Config, str, int]) -> dict:
+    """One point at one seed (module level: workers call it by name): its capacity, BCR there and
+    the pool that was busiest there (the bottleneck)."""
+    cfg, workload_key, seed = task
+    cap = find_capacity(cfg, workloads[workload_key], seed=seed, rel_tol=CAPACITY_TOL)
+    if cap.capacity_rps is None or cap.result is None:
+        return {"capacity_rps": None, "bcr_at_capacity": None, "bottleneck": None}
+    busy = cap.result.instances.assign(pool=cap.result.instances["instance"].str.rstrip("0123456789"))
+    return {"capacity_rps": float(cap.capacity_rps),
+            "bcr_at_capacity": float(cap.result.summary["bcr"]),
+            "bottleneck": busy.groupby("pool")["busy_share"].mean().idxmax()}
+
+
+def interval(samples: list[float | None]) -> tuple[float | None, float | None, float | None]:
+    """Mean and 95% Student-t interval; no interval from one sample, no mean if one is missing."""
+    if any(s is None for s in samples):
+        return None, None, None
+    mean = float(np.mean(samples))
+    if len(samples) < 2:
+        return mean, None, None
+    half = T975[min(len(samples) - 1, len(T975)) - 1] * float(np.std(samples, ddof=1)) / math.sqrt(len(samples))
+    return mean, mean - half, mean + half
+
+
+@dataclass
+class Point:
+    n: int                                  # 1-based position in the space
+    values: dict[str, Any]
+    cfg: Config | None
+    cost: float | None
+    status: str = "open"                    # open, simulated, failed, over budget, infeasible, pruned
+    reason: str = ""
+    samples: list[dict] = field(default_factory=list)
+    capacity: float | None = None
+    bcr: float | None = None
+
+    def row(self) -> dict:
+        cap = interval([s["capacity_rps"] for s in self.samples]) if self.samples else (None,) * 3
+        bcr = interval([s["bcr_at_capacity"] for s in self.samples]) if self.samples else (None,) * 3
+        bottleneck = self.samples[0]["bottleneck"] if self.samples else None
+        return {"point": self.n, "values": self.values, "status": self.status, "reason": self.reason,
+                "cost_per_hour": self.cost, "capacity_rps": cap[0], "capacity_lo": cap[1],
+                "capacity_hi": cap[2], "bcr_at_capacity": bcr[0], "bcr_lo": bcr[1], "bcr_hi": bcr[2],
+                "bottleneck": bottleneck}
+
+
+@dataclass
+class Plan:
+    axes: dict[str, list]
+    objective: str
+    budget: float | None
+    load: float | None
+    seeds: list[int]
+    points: list[dict]           # one row per point of the space, in space order
+    ranked: list[int]            # point numbers of the points meeting the constraints, best first
+    pareto: list[int]            # point numbers on the cost / capacity front, by cost
+    simulated: int               # points measured (from the cache or run)
+    cached: int                  # runs (point x seed) taken from the cache
+
+    @property
+    def space(self) -> int:
+        return len(self.points)
+
+    def point(self, n: int) -> dict:
+        return self.points[n - 1]
+
+    @property
+    def best(self) -> dict | None:
+        return self.point(self.ranked[0]) if self.ranked else None
+
+    @property
+    def runner_up(self) -> dict | None:
+        return self.point(self.ranked[1]) if len(self.ranked) > 1 else None
+
+    @property
+    def distinguishable(self) -> bool | None:
+        """Whether the winner's and the runner-up's 95% intervals on the objective are apart
+        (None: one seed, no intervals). Costs are exact: a cheaper winner is always apart."""
+        a, b = self.best, self.runner_up
+        if a is None or b is None:
+            return None
+        if self.objective == "cost" and a["cost_per_hour"] != b["cost_per_hour"]:
+            return True
+        key = "bcr" if self.objective == "bcr" else "capacity"
+        if a[f"{key}_lo"] is None or b[f"{key}_lo"] is None:
+            return None
+        return a[f"{key}_lo"] > b[f"{key}_hi"] or b[f"{key}_lo"] > a[f"{key}_hi"]
+
+    def frame(self) -> pd.DataFrame:
+        """One row per point: the varied values as columns (non-scalar ones as JSON text)."""
+        rows = []
+        for p in self.points:
+            values = {k: v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v)
+                      for k, v in p["values"].items()}
+            rank = self.ranked.index(p["point"]) + 1 if p["point"] in self.ranked else None
+            rows.append({**values, **{k: v for k, v in p.items() if k != "values"}, "rank": rank,
+                         "pareto": p["point"] in self.pareto})
+        return pd.DataFrame(rows)
+
+    def to_json(self) -> dict:
+        return {"objective": self.objective, "budget": self.budget, "load": self.load,
+                "seeds": self.seeds, "space": self.space, "simulated": self.simulated,
+                "cached": self.cached, "best": self.best, "runner_up": self.runner_up,
+                "distinguishable": self.distinguishable,
+                "pareto": [self.point(n) for n in self.pareto], "points": self.points}
+
+
+def _leq(p: Point, q: Point, counts: list[str]) -> bool:
+    """p has no more instances than q in any pool and the same everything else."""
+    return all(p.values[k] <= q.values[k] if k in counts else p.values[k] == q.values[k]
+               for k in p.values)
+
+
+def _frontier(points: list[Point], counts: list[str], top: bool) -> list[Point]:
+    if top:
+        return [p for p in points if not any(q is not p and _leq(p, q, counts) for q in points)]
+    return [p for p in points if not any(q is not p and _leq(q, p, counts) for q in points)]
+
+
+class _Search:
+    def __init__(self, points, counts, objective, budget, load, seeds, backend, cache, on_progress):
+        self.points, self.counts, self.objective = points, counts, objective
+        self.budget, self.load, self.seeds = budget, load, seeds
+        self.backend, self.cache = backend, cache
+        self.progress = on_progress or (lambda n: None)
+        self.workloads: dict[str, tuple[Workload, str]] = {}     # key -> (workload, digest)
+        self.cached = 0
+
+    def _workload(self, cfg: Config) -> str:
+        key = json.dumps([cfg.workload.model_dump(mode="json"), cfg.base_dir, cfg.seed])
+        if key not in self.workloads:
+            workload = load_workload(cfg)
+            self.workloads[key] = (workload, workload_digest(workload) if self.cache else "")
+        return key
+
+    def measured(self) -> list[Point]:
+        return [p for p in self.points if p.status == "simulated"]
+
+    def rankable(self) -> list[Point]:
+        return [p for p in self.measured() if p.capacity is not None
+                and (self.load is None or p.capacity >= self.load)]
+
+    def rank_key(self, p: Point):
+        if self.objective == "bcr":
+            return (-p.bcr, p.cost, p.n)
+        if self.objective == "capacity":
+            return (-p.capacity, p.cost, p.n)
+        return (p.cost, -p.capacity, p.n)
+
+    def run(self, wave: list[Point]) -> None:
+        tasks, owners = [], []
+        for p in wave:
+            p.samples = [None] * len(self.seeds)
+            for i, s in enumerate(self.seeds):
+                cfg = p.cfg.model_copy(update={"seed": s})
+                wkey = self._workload(cfg)
+                key = self.cache.key(TASK, cfg, self.workloads[wkey][1], s) if self.cache else None
+                hit = self.cache.get(key) if self.cache else None
+                if hit is not None:
+                    p.samples[i] = hit
+                    self.cached += 1
+                    self.progress(1)
+                else:
+                    tasks.append((cfg, wkey, s))
+                    owners.append((p, i, key))
+
+        def done(j: int, value) -> None:
+            if self.cache and not isinstance(value, Failed):
+                self.cache.put(owners[j][2], value)
+            self.progress(1)
+
+        shared = {t[1]: self.workloads[t[1]][0] for t in tasks}
+        for (p, i, _), value in zip(owners, self.backend.map(measure, tasks, shared, done)):
+            p.samples[i] = value
+        for p in wave:
+            failure = next((s for s in p.samples if isinstance(s, Failed)), None)
+            if failure is not None:
+                p.status, p.reason, p.samples = "failed", failure.reason, []
+                continue
+            p.status = "simulated"
+            p.capacity = interval([s["capacity_rps"] for s in p.samples])[0]
+            p.bcr = interval([s["bcr_at_capacity"] for s in p.samples])[0]
+
+    def bound(self, q: Point) -> tuple[float, Point | None]:
+        """The least measured capacity among points with at least q's instances, raised by the
+        search's tolerance: a measured capacity is the last rate that passed, the true one lies
+        within the tolerance above it."""
+        best, by = math.inf, None
+        for p in self.measured():
+            if p.capacity is not None and p.capacity < best and _leq(q, p, self.counts):
+                best, by = p.capacity, p
+        return best * (1 + CAPACITY_TOL), by
+
+    def cannot_win(self, q: Point, bound: float) -> bool:
+        ranked = self.rankable()
+        if not ranked:
+            return False
+        best = min(ranked, key=self.rank_key)
+        if self.objective == "bcr":      # goodput never exceeds the arrival rate
+            return bound * 3600.0 / q.cost < best.bcr
+        if self.objective == "capacity":
+            return bound < best.capacity
+        return q.cost > best.cost
+
+    def dominator(self, q: Point, bound: float) -> Point | None:
+        for p in self.measured():
+            if (p.capacity is not None and p.cost <= q.cost and p.capacity >= bound
+                    and (p.cost < q.cost or p.capacity > bound)):
+                return p
+        return None
+
+    def prune(self, open_: list[Point]) -> None:
+        for q in open_:
+            bound, by = self.bound(q)
+            if by is None:
+                continue
+            if self.load is not None and bound < self.load:
+                q.status = "pruned"
+                q.reason = f"capacity at most {bound:.3g} rps (point {by.n}) < load"
+            elif self.cannot_win(q, bound) and (dom := self.dominator(q, bound)) is not None:
+                q.status = "pruned"
+                q.reason = f"dominated by point {dom.n}"
+            if q.status == "pruned":
+                self.progress(len(self.seeds))
+
+    def search(self) -> None:
+        open_ = [p for p in self.points if p.status == "open"]
+        top = True
+        while open_:
+            self.run(_frontier(open_, self.counts, top))
+            top = not top
+            open_ = [p for p in open_ if p.status == "open"]
+            self.prune(open_)
+            open_ = [p for p in open_ if p.status == "open"]
+
+    def pareto(self) -> list[int]:
+        pts = sorted((p for p in self.measured() if p.capacity is not None),
+                     key=lambda p: (p.cost, -p.capacity, p.n))
+        front, best_cap = [], -math.inf
+        for p in pts:
+            if p.capacity > best_cap:
+                front.append(p.n)
+                best_cap = p.capacity
+        return front
+
+
+def _label(values: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def build_points(base_path: str | Path, axes: dict[str, list], overrides: list[str] = ()) -> list[Point]:
+    """Every point of the space, configured and priced; a point whose model does not fit its GPUs
+    is infeasible (recorded, not run); a path the schema does not know is bad input."""
+    points = []
+    for n, combo in enumerate(itertools.product(*axes.values()), 1):
+        values = dict(zip(axes, combo))
+        try:
+            cfg = load_config(base_path, overrides, copy.deepcopy(values))
+        except InputError as e:
+            raise InputError(f"point {n} ({_label(values)}): {e}") from None
+        try:
+            check_fits(cfg)
+            points.append(Point(n, values, cfg, cost_per_hour(cfg)))
+        except InputError as e:
+            points.append(Point(n, values, None, None, "infeasible", str(e)))
+    return points
+
+
+def plan(base_path: str | Path, vary: list[str], overrides: list[str] = (), *,
+         budget: float | None = None, load: float | None = None, objective: str | None = None,
+         seeds: int = 1, seed: int | None = None, backend=None, cache: ResultCache | None = None,
+         on_progress: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> Plan:
+    """Search the space; `backend` (default: local processes) runs the measurements, `cache`
+    keeps and reuses them. `on_total(n)` is told the number of runs at most, `on_progress(k)` as
+    runs finish or are pruned."""
+    objective = objective or ("cost" if load is not None else "bcr")
+    if objective not in OBJECTIVES:
+        raise InputError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
+    if objective == "cost" and load is None:
+        raise InputError("--objective cost: needs --load (the least cost meeting what load?)")
+    if seeds < 1:
+        raise InputError(f"--seeds {seeds}: must be at least 1")
+    if load is not None and load <= 0:
+        raise InputError(f"--load {load:g}: must be positive")
+    axes = parse_vary(vary)
+    points = build_points(base_path, axes, overrides)
+    priced = [p for p in points if p.cost is not None]
+    if not priced:
+        raise InputError(f"plan: no point of the space is a deployment that fits: {points[0].reason}")
+    if budget is not None:
+        cheapest = min(p.cost for p in priced)
+        if budget < cheapest:
+            raise InputError(f"--budget {budget:g}: below every point of the space "
+                             f"(the cheapest costs ${cheapest:.2f}/h)")
+        for p in priced:
+            if p.cost > budget:
+                p.status, p.reason = "over budget", f"${p.cost:.2f}/h > ${budget:g}/h"
+    base_seed = load_config(base_path, overrides).seed if seed is None else seed
+    seed_list = [base_seed + i for i in range(seeds)]
+    if on_total is not None:
+        on_total(sum(p.status == "open" for p in points) * seeds)
+    counts = [k for k in axes if k.endswith(".count")]
+    search = _Search(points, counts, objective, budget, load, seed_list, None, cache, on_progress)
+    with Processes() if backend is None else nullcontext() as owned:
+        search.backend = owned or backend
+        search.search()
+    ranked = [p.n for p in sorted(search.rankable(), key=search.rank_key)]
+    return Plan(axes, objective, budget, load, seed_list, [p.row() for p in points], ranked,
+                search.pareto(), len(search.measured()) + sum(p.status == "failed" for p in points),
+                search.cached)
+
+
+# ---- output -------------------------------------------------------------------------------------
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else spec.format(value)
+
+
+def _with_interval(p: dict, key: str, spec: str) -> str:
+    mean, lo = p[key], p[f"{key.split('_')[0]}_lo"]
+    shown = _fmt(mean, spec)
+    if lo is not None:
+        shown += " ±" + spec.format((p[f"{key.split('_')[0]}_hi"] - lo) / 2)
+    return shown
+
+
+def format_plan(result: Plan, limit: int = 20) -> str:
+    """The count line, the ranked table (then measured points that miss the load or failed), the
+    winner against the runner-up, the Pareto front."""
+    statuses = pd.Series([p["status"] for p in result.points]).value_counts().to_dict()
+    others = ", ".join(f"{n} {s}" for s, n in statuses.items() if s != "simulated")
+    lines = [f"simulated {result.simulated} of {result.space} points"
+             + (f" ({others})" if others else "")
+             + (f"; {result.cached} run(s) from the cache" if result.cached else "")
+             + f"; objective {result.objective}"
+             + (f", budget ${result.budget:g}/h" if result.budget is not None else "")
+             + (f", load {result.load:g} rps" if result.load is not None else "")
+             + (f", {len(result.seeds)} seeds" if len(result.seeds) > 1 else "")]
+    shown = result.ranked[:limit] + [p["point"] for p in result.points
+                                     if p["point"] not in result.ranked
+                                     and p["status"] in ("simulated", "failed")]
+    rows = []
+    for n in shown:
+        p = result.point(n)
+        rank = result.ranked.index(n) + 1 if n in result.ranked else "-"
+        rows.append({"rank": rank, "point": n, **{k: str(v) for k, v in p["values"].items()},
+                     "cost $/h": _fmt(p["cost_per_hour"], "{:.1f}"),
+                     "capacity rps": _with_interval(p, "capacity_rps", "{:.3f}"),
+                     "BCR at capacity": _with_interval(p, "bcr_at_capacity", "{:.2f}"),
+                     "bottleneck": p["bottleneck"] or "-",
+                     "note": p["reason"] if p["status"] == "failed" else
+                     ("below load" if result.load is not None and n not in result.ranked else "")})
+    if rows:
+        lines += ["", pd.DataFrame(rows).to_string(index=False)]
+    best = result.best
+    if best is None:
+        lines += ["", "no measured point meets the constraints"]
+    else:
+        lines += ["", f"best: point {best['point']} ({_label(best['values'])}): "
+                  f"capacity {_with_interval(best, 'capacity_rps', '{:.3f}')} rps, "
+                  f"BCR {_with_interval(best, 'bcr_at_capacity', '{:.2f}')} req/$, "
+                  f"${best['cost_per_hour']:.2f}/h"]
+        if result.runner_up is not None:
+            apart = {True: "distinguishable", False: "not distinguishable (95% intervals overlap)",
+                     None: "distinguishable unknown (one seed: no intervals)"}[result.distinguishable]
+            lines.append(f"runner-up: point {result.runner_up['point']}: {apart}")
+    lines.append("Pareto front (cost $/h -> capacity rps): " + ", ".join(
+        f"point {n} {result.point(n)['cost_per_hour']:.1f} -> {result.point(n)['capacity_rps']:.3f}"
+        for n in result.pareto))
+    return "\n".join(lines)
+
+
+def main_counts(result: Plan) -> list[str]:
+    """The two count axes with the most values (the heatmap's), or the first two axes."""
+    counts = [k for k in result.axes if k.endswith(".count")]
+    pool = counts if len(counts) >= 2 else list(result.axes)
+    return sorted(pool, key=lambda k: -len(result.axes[k]))[:2]
+
+
+def plot_heatmap(result: Plan, ax) -> None:
+    """Best BCR at capacity at each value pair of the two main axes (over any other axes);
+    blank where nothing was measured."""
+    x, y = main_counts(result)
+    xs, ys = result.axes[x], result.axes[y]
+    grid = np.full((len(ys), len(xs)), np.nan)
+    for p in result.points:
+        if p["bcr_at_capacity"] is not None:
+            i, j = ys.index(p["values"][y]), xs.index(p["values"][x])
+            grid[i, j] = np.nanmax([grid[i, j], p["bcr_at_capacity"]])
+    image = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+    ax.set_yticks(range(len(ys)), [str(v) for v in ys])
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    for i, j in zip(*np.nonzero(~np.isnan(grid))):
+        ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", fontsize=7, color="white")
+    if result.best is not None:
+        ax.scatter([xs.index(result.best["values"][x])], [ys.index(result.best["values"][y])],
+                   marker="s", s=300, facecolors="none", edgecolors="red", linewidths=2)
+    ax.figure.colorbar(image, ax=ax, label="BCR at capacity, req/$")
+    ax.set_title("BCR at capacity (blank: over budget, pruned or not a deployment)")
+
+
+def plot_pareto(result: Plan, ax) -> None:
+    measured = [p for p in result.points if p["capacity_rps"] is not None]
+    ax.scatter([p["cost_per_hour"] for p in measured], [p["capacity_rps"] for p in measured],
+               color="0.6", label="measured")
+    front = [result.point(n) for n in result.pareto]
+    ax.plot([p["cost_per_hour"] for p in front], [p["capacity_rps"] for p in front], "o-",
+            color="C0", label="Pareto front")
+    if result.best is not None:
+        ax.scatter([result.best["cost_per_hour"]], [result.best["capacity_rps"]], marker="*", s=250,
+                   color="C3", zorder=3, label="best")
+    if result.budget is not None:
+        ax.axvline(result.budget, color="k", ls="--", lw=1, label="budget")
+    if result.load is not None:
+        ax.axhline(result.load, color="k", ls=":", lw=1, label="load")
+    ax.set_xlabel("cost, $/h")
+    ax.set_ylabel("capacity, req/s")
+    ax.legend()
+
+
+def write_outputs(result: Plan, out_dir: str | Path) -> None:
+    """points.parquet, pareto.png and (with two axes) heatmap.png."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"--out {out_dir}: cannot create ({e.strerror})") from None
+    result.frame().to_parquet(out / "points.parquet", index=False)
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    plot_pareto(result, ax)
+    fig.tight_layout()
+    fig.savefig(out / "pareto.png", dpi=120)
+    plt.close(fig)
+    if len(result.axes) >= 2:
+        fig, ax = plt.subplots(figsize=(7, 5))
+        plot_heatmap(result, ax)
+        fig.tight_layout()
+        fig.savefig(out / "heatmap.png", dpi=120)
+        plt.close(fig)

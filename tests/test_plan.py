@@ -1,0 +1,211 @@
+"""plan: the winner is the brute-force best of the grid, pruning only skips points that cannot win,
+the answer does not depend on the workers or the cache, and bad input is one line."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from pddsim.cli import main
+from pddsim.config import load_config
+from pddsim.errors import InputError
+from pddsim.experiments import plan as plan_module
+from pddsim.experiments.backends import Processes
+from pddsim.experiments.plan import build_points, interval, measure, parse_vary, plan
+from pddsim.experiments.result_cache import ResultCache
+from pddsim.sim import load_workload
+from conftest import config
+
+P = "clusters.a.instances.0.count"
+D = "clusters.a.instances.1.count"
+VARY = [f"{P}=1..2", f"{D}=1..3"]
+
+
+def small_config(tmp_path: Path, n_requests: int = 60) -> Path:
+    """Prefill and decode in one cluster; decode batches are small, so decode is the bottleneck
+    and capacity grows with decode instances."""
+    raw = config(tmp_path, roles=(("prefill", 1), ("decode", 1)), per_token=2e-5).model_dump(
+        exclude={"base_dir"})
+    raw["batching"] = {"max_batch": 8}
+    raw["workload"] = {"synthetic": {"kind": "poisson", "knobs": {
+        "n_requests": n_requests, "rate_rps": 4, "input_mean": 3000, "output_mean": 100}}}
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    return small_config(tmp_path_factory.mktemp("plan"))
+
+
+@pytest.fixture(scope="module")
+def shared_cache(small):
+    """Plans of the same points share measurements (the cache changes no result: see the resume
+    test), which keeps this module fast."""
+    return ResultCache(small.parent / "cache")
+
+
+@pytest.fixture(scope="module")
+def grid(small):
+    """Every point of the grid measured, no pruning."""
+    rows = []
+    for p in build_points(small, parse_vary(VARY)):
+        cfg = p.cfg.model_copy(update={"seed": 0})
+        rows.append({"n": p.n, "cost": p.cost, **measure({"w": load_workload(cfg)}, (cfg, "w", 0))})
+    return rows
+
+
+def test_parse_vary_ranges_and_lists():
+    assert parse_vary(["a.count=1..3", "b=h200,h20", "c = 2..8:3"]) == {
+        "a.count": [1, 2, 3], "b": ["h200", "h20"], "c": [2, 5, 8]}
+    for text, message in [("a=3..1", "empty range"), ("a=", "expected KEY=V1"),
+                          ("a=1..0:1", "empty range")]:
+        with pytest.raises(InputError, match=message):
+            parse_vary([text])
+    with pytest.raises(InputError, match="given twice"):
+        parse_vary(["a=1", "a=2"])
+
+
+def test_interval_is_a_student_t_interval():
+    assert interval([2.0]) == (2.0, None, None)
+    mean, lo, hi = interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and hi - mean == pytest.approx(4.303 * 1.0 / 3 ** 0.5)
+    assert interval([1.0, None]) == (None, None, None)
+
+
+@pytest.mark.parametrize("objective,budget,load", [("bcr", 110, None), ("capacity", 110, None),
+                                                   ("cost", None, 6.0)])
+def test_winner_is_the_brute_force_best(small, shared_cache, grid, objective, budget, load):
+    grid = [r for r in grid if budget is None or r["cost"] <= budget]
+    result = plan(small, VARY, budget=budget, load=load, objective=objective, seed=0,
+                  backend=Processes(1), cache=shared_cache)
+    if objective == "bcr":
+        best = max(grid, key=lambda r: (r["bcr_at_capacity"], -r["cost"]))
+    elif objective == "capacity":
+        best = max(grid, key=lambda r: (r["capacity_rps"], -r["cost"]))
+    else:
+        best = min((r for r in grid if r["capacity_rps"] >= load),
+                   key=lambda r: (r["cost"], -r["capacity_rps"]))
+    assert result.best["point"] == best["n"]
+    assert result.best["capacity_rps"] == best["capacity_rps"]       # the same run, exactly
+    assert result.space == 6 and result.simulated <= len(grid)
+    statuses = [p["status"] for p in result.points]
+    assert result.simulated == statuses.count("simulated")
+    if budget is not None:
+        assert statuses.count("over budget") == 6 - len(grid)
+    for p in result.points:                 # nothing pruned could have beaten the winner
+        if p["status"] == "pruned":
+            measured = next(r for r in grid if r["n"] == p["point"])
+            assert measured["n"] != best["n"]
+
+
+def test_pruning_uses_monotone_capacity(small, shared_cache):
+    """A measured point that misses the load bounds every point with fewer instances: those are
+    pruned unrun, and the count says so."""
+    result = plan(small, [f"{P}=1..3", f"{D}=1..3"], load=40.0, seed=0, backend=Processes(1),
+                  cache=shared_cache)
+    pruned = [p for p in result.points if p["status"] == "pruned"]
+    assert pruned and result.simulated + len(pruned) == result.space
+    assert all(p["capacity_rps"] is None and "< load" in p["reason"] for p in pruned)
+    assert result.best is not None and result.best["capacity_rps"] >= 40
+
+
+def test_workers_and_seeds_change_nothing(small):
+    vary = [f"{D}=1..2"]
+    one = plan(small, vary, seeds=2, seed=0, backend=Processes(1))
+    with Processes(2) as two_workers:
+        two = plan(small, vary, seeds=2, seed=0, backend=two_workers)
+    assert one.to_json() == two.to_json()
+    best = one.best
+    assert best["capacity_lo"] <= best["capacity_rps"] <= best["capacity_hi"]
+    assert one.distinguishable in (True, False)
+
+
+def test_cli_json_table_and_out(small, shared_cache, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["plan", str(small), *(f"--vary={v}" for v in VARY), "--budget", "110", "--jobs", "1",
+            "--quiet", "--seed", "0", "--cache", str(shared_cache.dir)]
+    assert main([*args, "--json", "--out", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {"best", "pareto", "points", "simulated", "space"} <= set(doc)
+    assert doc["space"] == len(doc["points"]) == 6
+    for p in doc["points"]:
+        assert set(p["values"]) == {P, D}
+        assert {"capacity_rps", "cost_per_hour", "bcr_at_capacity"} <= set(p)
+    costs = [p["cost_per_hour"] for p in doc["pareto"]]
+    caps = [p["capacity_rps"] for p in doc["pareto"]]
+    assert costs == sorted(costs) and caps == sorted(caps) and doc["best"]["point"]
+    table = pd.read_parquet(out / "points.parquet")
+    assert len(table) == 6 and {P, D, "capacity_rps", "rank", "pareto"} <= set(table.columns)
+    assert (out / "heatmap.png").stat().st_size > 0 and (out / "pareto.png").stat().st_size > 0
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"simulated {doc['simulated']} of 6 points")
+    assert f"best: point {doc['best']['point']} " in text and "Pareto front" in text
+
+
+def test_bad_input_is_one_line(small, capsys, input_error):
+    base = ["plan", str(small), "--quiet", "--jobs", "1"]
+    cases = [
+        (["--vary", "clusters.a.nope=1..2"], ["clusters.a.nope"]),
+        (["--vary", f"{P}=3..1"], ["empty range"]),
+        (["--vary", f"{P}=1..2", "--budget", "1"], ["--budget 1", "below every point"]),
+        (["--vary", f"{P}=1..2", "--objective", "cost"], ["needs --load"]),
+        (["--vary", f"{P}=1..2", "--backend", "ray", "--address", "127.0.0.1:9"],
+         ["--address 127.0.0.1:9", "no Ray cluster reachable"]),
+    ]
+    for extra, fragments in cases:
+        input_error(main([*base, *extra]), capsys.readouterr().err, *fragments)
+
+
+def test_cache_resumes_a_killed_plan_with_only_the_missing_runs(tmp_path):
+    path = small_config(tmp_path)
+    cache = tmp_path / "cache"
+    args = [sys.executable, "-m", "pddsim.cli", "plan", str(path), "--vary", f"{D}=1..4",
+            "--jobs", "1", "--quiet", "--seed", "0", "--cache", str(cache), "--json"]
+    child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(list(cache.glob("*.json"))) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    finished = len(list(cache.glob("*.json")))
+    assert 1 <= finished < 4 and not list(cache.glob("*.tmp"))
+
+    ran = []
+    real = plan_module.measure
+
+    def counting(workloads, task):
+        ran.append(task[0].clusters["a"].instances[1].count)
+        return real(workloads, task)
+
+    mp = pytest.MonkeyPatch()              # resumed in this process, so its runs can be counted
+    mp.setattr(plan_module, "measure", counting)
+    try:
+        resumed = plan(path, [f"{D}=1..4"], seed=0, backend=Processes(1), cache=ResultCache(cache))
+    finally:
+        mp.undo()
+    assert resumed.cached == finished and len(ran) == resumed.simulated - finished > 0
+    fresh = plan(path, [f"{D}=1..4"], seed=0, backend=Processes(1))
+    strip = lambda doc: {k: v for k, v in doc.items() if k != "cached"}
+    assert strip(resumed.to_json()) == strip(fresh.to_json())
+
+
+def test_cache_key_follows_config_seed_and_workload(small):
+    cfg = load_config(small)
+    workload = load_workload(cfg)
+    from pddsim.experiments.result_cache import workload_digest
+    digest = workload_digest(workload)
+    key = ResultCache.key("t", cfg, digest, 0)
+    assert key == ResultCache.key("t", load_config(small), digest, 0)
+    assert key != ResultCache.key("t", cfg, digest, 1)
+    assert key != ResultCache.key("t", load_config(small, ["slo.ttft_s=2"]), digest, 0)
+    assert key != ResultCache.key("t", cfg, workload_digest(load_workload(
+        load_config(small, ["seed=5"]))), 0)
