@@ -102,13 +102,27 @@ def cmd_compare(args) -> int:
     from pddsim.experiments.compare import compare, format_comparison
     from pddsim.sim import load_workload
     paths = args.configs or paper.PAPER_CONFIGS
-    configs = [load_config(p, args.set or [], _trace_values(args)) for p in paths]
+    overrides = (args.set or []) + [f"{k}={json.dumps(v)}" for k, v in _trace_values(args).items()]
+    best_split = args.best_split
+    capacity = best_split or (not args.no_capacity and (args.capacity or not args.configs))
+    if best_split and args.no_capacity:
+        raise InputError("--best-split measures capacities: it cannot go with --no-capacity")
+    if args.budget is not None and not best_split:
+        raise InputError("--budget: only with --best-split")
+    if best_split:
+        from pddsim.experiments.plan import best_splits
+        with _backend(args) as backend, _progress(None, args.quiet) as bar:
+            bar.unit = "run"
+            chosen = best_splits(paths, overrides, budget=args.budget, seed=args.seed,
+                                 backend=backend, cache=_cache(args), on_progress=bar.update)
+        configs = [cfg for cfg, _ in chosen]
+    else:
+        configs = [load_config(p, overrides) for p in paths]
     workload = load_workload(configs[0])          # one workload for every system
     if args.plot and not args.loads:
         raise InputError("--plot needs --loads")
     if args.loads:
         return _compare_loads(args, configs, workload)
-    capacity = not args.no_capacity and (args.capacity or not args.configs)
     # a capacity search runs each system an unknown number of times: count requests, no total
     total = None if capacity else len(configs) * len(workload)
     with _progress(total, args.quiet) as bar:
@@ -117,6 +131,10 @@ def cmd_compare(args) -> int:
     if args.json:
         print(_json(summaries))
         return 0
+    if best_split:
+        print(f"each system's best split within ${chosen[0][1].budget:g}/h "
+              f"(BCR at capacity; simulated "
+              + ", ".join(f"{r.simulated} of {r.space}" for _, r in chosen) + " points)")
     print(format_comparison(summaries))
     if not args.configs:
         print()
@@ -375,6 +393,12 @@ def parser() -> Parser:
     cmp_.add_argument("--json", action="store_true",
                       help="print a list of summaries (--loads: the capacity and one row per "
                       "load and system)")
+    cmp_.add_argument("--best-split", action="store_true",
+                      help="plan each system's instance counts within one budget first, for a fair "
+                      "comparison (a capacity search per point: slow on the paper scenario)")
+    cmp_.add_argument("--budget", type=float, metavar="USD_PER_HOUR",
+                      help="--best-split's budget (default: the first system's cost)")
+    _add_backend_args(cmp_)
     cmp_.add_argument("--out", metavar="DIR", help="write each system's run (as `run --out` "
                       "does) to a subfolder, for `pddsim report`")
     cmp_.add_argument("--quiet", action="store_true")

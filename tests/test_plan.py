@@ -17,7 +17,7 @@ from pddsim.config import load_config
 from pddsim.errors import InputError
 from pddsim.experiments import plan as plan_module
 from pddsim.experiments.backends import Processes
-from pddsim.experiments.plan import build_points, interval, measure, parse_vary, plan
+from pddsim.experiments.plan import build_points, interval, measure, parse_vary, plan, split_axes
 from pddsim.experiments.result_cache import ResultCache
 from pddsim.sim import load_workload
 from conftest import config
@@ -209,3 +209,31 @@ def test_cache_key_follows_config_seed_and_workload(small):
     assert key != ResultCache.key("t", load_config(small, ["slo.ttft_s=2"]), digest, 0)
     assert key != ResultCache.key("t", cfg, workload_digest(load_workload(
         load_config(small, ["seed=5"]))), 0)
+
+
+def test_best_split_compare_plans_each_system_within_one_budget(small, shared_cache, capsys,
+                                                                input_error):
+    raw = yaml.safe_load(small.read_text())
+    raw["name"] = "colocated"
+    raw["clusters"]["a"]["instances"] = [{"role": "colocated", "count": 1, "tp": 8}]
+    colocated = small.parent / "colocated.yaml"
+    colocated.write_text(yaml.safe_dump(raw))
+    budget = 90.0          # an instance costs $21.52/h
+    assert split_axes(load_config(small), budget) == [f"{P}=1..3", f"{D}=1..3"]
+    assert split_axes(load_config(colocated), budget) == [f"{P}=1..4"]
+    args = ["compare", str(small), str(colocated), "--best-split", "--budget", str(budget),
+            "--jobs", "1", "--quiet", "--seed", "0", "--cache", str(shared_cache.dir)]
+    assert main([*args, "--json"]) == 0
+    summaries = json.loads(capsys.readouterr().out)
+    for path, summary, letters in [(small, summaries[0], "PD"), (colocated, summaries[1], "C")]:
+        vary = split_axes(load_config(path), budget)
+        best = plan(path, vary, budget=budget, seed=0, backend=Processes(1), cache=shared_cache).best
+        counts = [best["values"][v.split("=")[0]] for v in vary]
+        assert summary["split"] == " + ".join(f"{n}{x}" for n, x in zip(counts, letters))
+        assert summary["cost_per_hour"] <= budget
+        assert summary["capacity_rps"] == best["capacity_rps"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "within $90/h" in text and summaries[0]["split"] in text
+    input_error(main(["compare", str(small), "--best-split", "--no-capacity"]),
+                       capsys.readouterr().err, "--no-capacity")

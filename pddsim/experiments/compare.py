@@ -14,8 +14,10 @@ from pddsim.experiments.capacity import Capacity, at_load, find_capacity, load_k
 from pddsim.sim import simulate
 from pddsim.workload.model import Workload
 
+ROLE_LETTERS = {"prefill": "P", "decode": "D", "relay": "RLD", "colocated": "C"}
 # (summary key, label, how to show it)
 ROWS = [
+    ("split", "split", "{}"),
     ("achieved_rps", "achieved rps", "{:.3f}"),
     ("ttft_p50_s", "TTFT P50 s", "{:.3f}"),
     ("ttft_p90_s", "TTFT P90 s", "{:.3f}"),
@@ -53,6 +55,7 @@ def compare(configs: list[Config], workload: Workload, *, seed: int | None = Non
         if out_dir is not None:
             result.write(Path(out_dir) / f"{i + 1}-{cfg.name}")
         summary = result.summary
+        summary["split"] = split_label(cfg)
         if capacity:
             cap = find_capacity(cfg, workload, seed=seed, on_progress=on_progress)
             summary["capacity_rps"] = cap.capacity_rps
@@ -61,6 +64,15 @@ def compare(configs: list[Config], workload: Workload, *, seed: int | None = Non
                 summary["capacity_lower_bound_rps"] = cap.lower_bound_rps
         summaries.append(summary)
     return summaries
+
+
+def split_label(cfg: Config) -> str:
+    """Instances per role and cluster: `3P + 8D`, `4P + 1RLD | 4MD` (a decoder beside a relay
+    cluster is the main decoder)."""
+    relay = any(g.role == "relay" for c in cfg.clusters.values() for g in c.instances)
+    return " | ".join(" + ".join(
+        f"{g.count}{'MD' if relay and g.role == 'decode' else ROLE_LETTERS[g.role]}"
+        for g in cluster.instances) for cluster in cfg.clusters.values())
 
 
 def format_cell(fmt: str, key: str, value) -> str:
@@ -80,7 +92,7 @@ def format_comparison(summaries: list[dict], rows_shown: list[tuple[str, str, st
         for i, s in enumerate(summaries):
             cell = format_cell(fmt, key, s.get(key))
             b, v = base.get(key), s.get(key)
-            if i and b and v is not None:
+            if i and b and v is not None and not isinstance(v, str):
                 cell += f" ({(v / b - 1):+.0%})"
             cells.append(cell)
         rows[label] = cells

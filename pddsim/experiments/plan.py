@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from pddsim.config import Config, load_config
-from pddsim.cost import cost_per_hour
+from pddsim.cost import cost_per_hour, gpu_price
 from pddsim.errors import InputError
 from pddsim.experiments.backends import Failed, Processes
 from pddsim.experiments.capacity import find_capacity
@@ -193,6 +193,45 @@ def _frontier(points: list[Point], counts: list[str], top: bool) -> list[Point]:
     if top:
         return [p for p in points if not any(q is not p and _leq(p, q, counts) for q in points)]
     return [p for p in points if not any(q is not p and _leq(q, p, counts) for q in points)]
+
+
+def split_axes(cfg: Config, budget: float) -> list[str]:
+    """`--vary` texts over every instance group's count, from 1 to the most the budget buys with
+    every other group at 1: the splits a system can have within the budget."""
+    ones = cfg.model_copy(deep=True)
+    for cluster in ones.clusters.values():
+        for group in cluster.instances:
+            group.count = 1
+    floor = cost_per_hour(ones)
+    vary = []
+    for name, cluster in cfg.clusters.items():
+        price = gpu_price(cfg, cluster.gpu)
+        for i, group in enumerate(cluster.instances):
+            most = 1 + int((budget - floor) // (group.tp * price)) if budget >= floor else 1
+            vary.append(f"clusters.{name}.instances.{i}.count=1..{most}")
+    return vary
+
+
+def best_splits(paths: list[str | Path], overrides: list[str] = (), *, budget: float | None = None,
+                **search) -> list[tuple[Config, Plan]]:
+    """Each system planned within one budget (default: the first system's cost as configured) on
+    the first system's workload, for a fair comparison: each system's best split by BCR at
+    capacity, with its plan. `search` goes to `plan` (backend, cache, seed, progress)."""
+    first = load_config(paths[0], overrides)
+    budget = cost_per_hour(first) if budget is None else budget
+    workload = first.workload.model_dump(mode="json", exclude_defaults=True)
+    if first.workload.trace is not None:
+        workload["trace"] = str(first.resolve(first.workload.trace))
+    same_traffic = [*overrides, f"workload={json.dumps(workload)}"]
+    chosen = []
+    for path in paths:
+        vary = split_axes(load_config(path, same_traffic), budget)
+        result = plan(path, vary, same_traffic, budget=budget, objective="bcr", **search)
+        if result.best is None:
+            raise InputError(f"{path}: no split within ${budget:g}/h has a measured capacity")
+        values = copy.deepcopy(result.best["values"])
+        chosen.append((load_config(path, same_traffic, values), result))
+    return chosen
 
 
 class _Search:
