@@ -232,7 +232,9 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from pddsim.experiments.plan import format_plan, plan, write_outputs
+    from pddsim.experiments.plan import format_plan, plan, prepare_out, write_outputs
+    if args.out:
+        prepare_out(args.out)
     cache = _cache(args)
     with _backend(args) as backend, _progress(None, args.quiet) as bar:
         bar.unit = "run"

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_plan import D, P, small_config
 
 from pddsim.experiments.backends import RETRIES, Failed, Processes
 from pddsim.experiments.plan import plan
 from pddsim.experiments.sweep import sweep
-from test_plan import D, P, small_config
 
 
 def flaky(marker_dir: str, item: int) -> int:

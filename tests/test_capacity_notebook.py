@@ -1,6 +1,5 @@
 """The capacity-planning notebook runs top to bottom on a small scenario and shows its figures and
 the chosen splits."""
-from pathlib import Path
 
 import pytest
 

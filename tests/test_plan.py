@@ -1,7 +1,6 @@
 """plan: the winner is the brute-force best of the grid, pruning only skips points that cannot win,
 the answer does not depend on the workers or the cache, and bad input is one line."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import config
 
 from pddsim.cli import main
 from pddsim.config import load_config
@@ -20,7 +20,6 @@ from pddsim.experiments.backends import Processes
 from pddsim.experiments.plan import build_points, interval, measure, parse_vary, plan, split_axes
 from pddsim.experiments.result_cache import ResultCache
 from pddsim.sim import load_workload
-from conftest import config
 
 P = "clusters.a.instances.0.count"
 D = "clusters.a.instances.1.count"
@@ -194,7 +193,10 @@ def test_cache_resumes_a_killed_plan_with_only_the_missing_runs(tmp_path):
         mp.undo()
     assert resumed.cached == finished and len(ran) == resumed.simulated - finished > 0
     fresh = plan(path, [f"{D}=1..4"], seed=0, backend=Processes(1))
-    strip = lambda doc: {k: v for k, v in doc.items() if k != "cached"}
+
+    def strip(doc):
+        return {k: v for k, v in doc.items() if k != "cached"}
+
     assert strip(resumed.to_json()) == strip(fresh.to_json())
 
 

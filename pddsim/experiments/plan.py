@@ -8,10 +8,10 @@ as it can while staying exact:
 * a point over the budget is never run;
 * capacity does not fall when instances are added to a pool (the bottleneck pool gains capacity,
   any other pool leaves it unchanged), so a measured point bounds the capacity of every point with
-  fewer instances and otherwise the same values (up to the capacity search's tolerance). A point whose bound is below `--load` cannot meet
-  it; a point whose bound cannot beat the best so far on the objective, and which a measured point
-  at no more cost already matches (dominated on cost and capacity), can neither win nor sit on the
-  Pareto front; both are pruned unrun.
+  fewer instances and otherwise the same values (up to the capacity search's tolerance). A point
+  whose bound is below `--load` cannot meet it; a point whose bound cannot beat the best so far on
+  the objective, and which a measured point at no more cost already matches (dominated on cost and
+  capacity), can neither win nor sit on the Pareto front; both are pruned unrun.
 
 Points run in waves, alternately the largest (maximal) and the smallest (minimal) of the points
 still open: the largest give the bounds, the smallest the cheap points that dominate. A wave is
@@ -28,7 +28,7 @@ import re
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -91,12 +91,14 @@ def measure(workloads: dict[str, Workload], task: tuple[Config, str, int]) -> di
 
 def interval(samples: list[float | None]) -> tuple[float | None, float | None, float | None]:
     """Mean and 95% Student-t interval; no interval from one sample, no mean if one is missing."""
-    if any(s is None for s in samples):
+    values = [s for s in samples if s is not None]
+    if len(values) < len(samples):
         return None, None, None
-    mean = float(np.mean(samples))
-    if len(samples) < 2:
+    mean = float(np.mean(values))
+    if len(values) < 2:
         return mean, None, None
-    half = T975[min(len(samples) - 1, len(T975)) - 1] * float(np.std(samples, ddof=1)) / math.sqrt(len(samples))
+    t = T975[min(len(samples) - 1, len(T975)) - 1]
+    half = t * float(np.std(values, ddof=1)) / math.sqrt(len(values))
     return mean, mean - half, mean + half
 
 
@@ -108,7 +110,7 @@ class Point:
     cost: float | None
     status: str = "open"                    # open, simulated, failed, over budget, infeasible, pruned
     reason: str = ""
-    samples: list[dict] = field(default_factory=list)
+    samples: list[Any] = field(default_factory=list)   # per seed: a measurement, or Failed
     capacity: float | None = None
     bcr: float | None = None
 
@@ -212,7 +214,7 @@ def split_axes(cfg: Config, budget: float) -> list[str]:
     return vary
 
 
-def best_splits(paths: list[str | Path], overrides: list[str] = (), *, budget: float | None = None,
+def best_splits(paths: Sequence[str | Path], overrides: Sequence[str] = (), *, budget: float | None = None,
                 **search) -> list[tuple[Config, Plan]]:
     """Each system planned within one budget (default: the first system's cost as configured) on
     the first system's workload, for a fair comparison: each system's best split by BCR at
@@ -234,6 +236,15 @@ def best_splits(paths: list[str | Path], overrides: list[str] = (), *, budget: f
     return chosen
 
 
+class Known(NamedTuple):
+    """A measured point with a capacity, its numbers unwrapped."""
+    n: int
+    cost: float
+    capacity: float
+    bcr: float
+    point: Point
+
+
 class _Search:
     def __init__(self, points, counts, objective, budget, load, seeds, backend, cache, on_progress):
         self.points, self.counts, self.objective = points, counts, objective
@@ -253,21 +264,26 @@ class _Search:
     def measured(self) -> list[Point]:
         return [p for p in self.points if p.status == "simulated"]
 
-    def rankable(self) -> list[Point]:
-        return [p for p in self.measured() if p.capacity is not None
-                and (self.load is None or p.capacity >= self.load)]
+    def known(self) -> list[Known]:
+        """The measured points that have a capacity."""
+        return [Known(p.n, p.cost, p.capacity, p.bcr, p) for p in self.measured()
+                if p.cost is not None and p.capacity is not None and p.bcr is not None]
 
-    def rank_key(self, p: Point):
+    def rankable(self) -> list[Known]:
+        return [k for k in self.known() if self.load is None or k.capacity >= self.load]
+
+    def rank_key(self, k: Known) -> tuple[float, float, int]:
         if self.objective == "bcr":
-            return (-p.bcr, p.cost, p.n)
+            return (-k.bcr, k.cost, k.n)
         if self.objective == "capacity":
-            return (-p.capacity, p.cost, p.n)
-        return (p.cost, -p.capacity, p.n)
+            return (-k.capacity, k.cost, k.n)
+        return (k.cost, -k.capacity, k.n)
 
     def run(self, wave: list[Point]) -> None:
         tasks, owners = [], []
         for p in wave:
             p.samples = [None] * len(self.seeds)
+            assert p.cfg is not None                      # open points are deployments
             for i, s in enumerate(self.seeds):
                 cfg = p.cfg.model_copy(update={"seed": s})
                 wkey = self._workload(cfg)
@@ -298,43 +314,42 @@ class _Search:
             p.capacity = interval([s["capacity_rps"] for s in p.samples])[0]
             p.bcr = interval([s["bcr_at_capacity"] for s in p.samples])[0]
 
-    def bound(self, q: Point) -> tuple[float, Point | None]:
+    def bound(self, q: Point) -> tuple[float, Known | None]:
         """The least measured capacity among points with at least q's instances, raised by the
         search's tolerance: a measured capacity is the last rate that passed, the true one lies
         within the tolerance above it."""
         best, by = math.inf, None
-        for p in self.measured():
-            if p.capacity is not None and p.capacity < best and _leq(q, p, self.counts):
-                best, by = p.capacity, p
+        for k in self.known():
+            if k.capacity < best and _leq(q, k.point, self.counts):
+                best, by = k.capacity, k
         return best * (1 + CAPACITY_TOL), by
 
-    def cannot_win(self, q: Point, bound: float) -> bool:
+    def cannot_win(self, cost: float, bound: float) -> bool:
         ranked = self.rankable()
         if not ranked:
             return False
         best = min(ranked, key=self.rank_key)
         if self.objective == "bcr":      # goodput never exceeds the arrival rate
-            return bound * 3600.0 / q.cost < best.bcr
+            return bound * 3600.0 / cost < best.bcr
         if self.objective == "capacity":
             return bound < best.capacity
-        return q.cost > best.cost
+        return cost > best.cost
 
-    def dominator(self, q: Point, bound: float) -> Point | None:
-        for p in self.measured():
-            if (p.capacity is not None and p.cost <= q.cost and p.capacity >= bound
-                    and (p.cost < q.cost or p.capacity > bound)):
-                return p
+    def dominator(self, cost: float, bound: float) -> Known | None:
+        for k in self.known():
+            if k.cost <= cost and k.capacity >= bound and (k.cost < cost or k.capacity > bound):
+                return k
         return None
 
     def prune(self, open_: list[Point]) -> None:
         for q in open_:
             bound, by = self.bound(q)
-            if by is None:
+            if by is None or q.cost is None:
                 continue
             if self.load is not None and bound < self.load:
                 q.status = "pruned"
                 q.reason = f"capacity at most {bound:.3g} rps (point {by.n}) < load"
-            elif self.cannot_win(q, bound) and (dom := self.dominator(q, bound)) is not None:
+            elif self.cannot_win(q.cost, bound) and (dom := self.dominator(q.cost, bound)):
                 q.status = "pruned"
                 q.reason = f"dominated by point {dom.n}"
             if q.status == "pruned":
@@ -351,13 +366,11 @@ class _Search:
             open_ = [p for p in open_ if p.status == "open"]
 
     def pareto(self) -> list[int]:
-        pts = sorted((p for p in self.measured() if p.capacity is not None),
-                     key=lambda p: (p.cost, -p.capacity, p.n))
         front, best_cap = [], -math.inf
-        for p in pts:
-            if p.capacity > best_cap:
-                front.append(p.n)
-                best_cap = p.capacity
+        for k in sorted(self.known(), key=lambda k: (k.cost, -k.capacity, k.n)):
+            if k.capacity > best_cap:
+                front.append(k.n)
+                best_cap = k.capacity
         return front
 
 
@@ -365,7 +378,7 @@ def _label(values: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items())
 
 
-def build_points(base_path: str | Path, axes: dict[str, list], overrides: list[str] = ()) -> list[Point]:
+def build_points(base_path: str | Path, axes: dict[str, list], overrides: Sequence[str] = ()) -> list[Point]:
     """Every point of the space, configured and priced; a point whose model does not fit its GPUs
     is infeasible (recorded, not run); a path the schema does not know is bad input."""
     points = []
@@ -383,10 +396,11 @@ def build_points(base_path: str | Path, axes: dict[str, list], overrides: list[s
     return points
 
 
-def plan(base_path: str | Path, vary: list[str], overrides: list[str] = (), *,
+def plan(base_path: str | Path, vary: list[str], overrides: Sequence[str] = (), *,
          budget: float | None = None, load: float | None = None, objective: str | None = None,
          seeds: int = 1, seed: int | None = None, backend=None, cache: ResultCache | None = None,
-         on_progress: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> Plan:
+         on_progress: Callable[[int], None] | None = None,
+         on_total: Callable[[int], None] | None = None) -> Plan:
     """Search the space; `backend` (default: local processes) runs the measurements, `cache`
     keeps and reuses them. `on_total(n)` is told the number of runs at most, `on_progress(k)` as
     runs finish or are pruned."""
@@ -401,16 +415,15 @@ def plan(base_path: str | Path, vary: list[str], overrides: list[str] = (), *,
         raise InputError(f"--load {load:g}: must be positive")
     axes = parse_vary(vary)
     points = build_points(base_path, axes, overrides)
-    priced = [p for p in points if p.cost is not None]
-    if not priced:
+    costs = [p.cost for p in points if p.cost is not None]
+    if not costs:
         raise InputError(f"plan: no point of the space is a deployment that fits: {points[0].reason}")
     if budget is not None:
-        cheapest = min(p.cost for p in priced)
-        if budget < cheapest:
+        if budget < min(costs):
             raise InputError(f"--budget {budget:g}: below every point of the space "
-                             f"(the cheapest costs ${cheapest:.2f}/h)")
-        for p in priced:
-            if p.cost > budget:
+                             f"(the cheapest costs ${min(costs):.2f}/h)")
+        for p in points:
+            if p.cost is not None and p.cost > budget:
                 p.status, p.reason = "over budget", f"${p.cost:.2f}/h > ${budget:g}/h"
     base_seed = load_config(base_path, overrides).seed if seed is None else seed
     seed_list = [base_seed + i for i in range(seeds)]
@@ -537,16 +550,22 @@ def plot_pareto(result: Plan, ax) -> None:
     ax.legend()
 
 
-def write_outputs(result: Plan, out_dir: str | Path) -> None:
-    """points.parquet, pareto.png and (with two axes) heatmap.png."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def prepare_out(out_dir: str | Path) -> Path:
+    """The `--out` folder, created before the plan runs, so a bad path costs no runs."""
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputError(f"--out {out_dir}: cannot create ({e.strerror})") from None
+    return out
+
+
+def write_outputs(result: Plan, out_dir: str | Path) -> None:
+    """points.parquet, pareto.png and (with two axes) heatmap.png."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    out = prepare_out(out_dir)
     result.frame().to_parquet(out / "points.parquet", index=False)
     fig, ax = plt.subplots(figsize=(6, 4.5))
     plot_pareto(result, ax)

@@ -105,7 +105,7 @@ def sweep(base_path: str | Path, grids: list[str], overrides: Sequence[str] = ()
     per_point = any(key.split(".")[0] == "workload" for key in points[0])
     shared = None if per_point else load_workload(load_config(base_path, overrides))
     summaries: list = [None] * len(configs)
-    keys = [None] * len(configs)
+    keys = [""] * len(configs)
     if cache is not None:
         task = f"sweep-capacity={capacity}"
         digest = workload_digest(shared) if shared is not None else ""
