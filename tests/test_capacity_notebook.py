@@ -9,7 +9,8 @@ pytest.importorskip("ipykernel")
 
 from test_notebook import NOTEBOOKS, tagged  # noqa: E402
 
-SMALL = "SESSIONS = 8\nCOUNTS = 2\nJOBS = 1\n"
+# open loop: a few closed-loop sessions never load a deployment up to its capacity
+SMALL = "SESSIONS = 8\nCOUNTS = 2\nJOBS = 1\nEXTRA = ['workload.replay=open']\n"
 
 
 def test_capacity_notebook_runs():
