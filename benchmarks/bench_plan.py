@@ -4,7 +4,8 @@ run with 1 and 2 local worker processes and on a local Ray instance with 2 CPUs.
 Prints the points simulated out of the space, each backend's wall time, the speed-up of 2 workers
 over 1 (target: >= 1.7 on 2 cores) and Ray's overhead per point against 2 local workers, as a share
 of a point's run time there (target: < 5%). Every backend must give the same plan; the script checks it.
-A reduced workload keeps it to minutes: `python benchmarks/bench_plan.py [SESSIONS]` (default 24).
+A reduced workload, replayed open loop, keeps it to minutes:
+`python benchmarks/bench_plan.py [SESSIONS]` (default 24).
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ VARY = ["clusters.a.instances.0.count=1..8", "clusters.a.instances.1.count=1..8"
 def main() -> int:
     sessions = int(sys.argv[1]) if len(sys.argv) > 1 else 24
     config = bundled("paper/same_dc_pd.yaml")
-    overrides = [f"workload.synthetic.knobs.sessions={sessions}"]
+    # open loop: a reduced closed-loop workload never loads the larger splits up to their capacity
+    overrides = [f"workload.synthetic.knobs.sessions={sessions}", "workload.replay=open"]
     runs = {}
     for label, backend in [("1 process", lambda: Processes(1)), ("2 processes", lambda: Processes(2)),
                            ("Ray, 2 CPUs", lambda: Ray(jobs=2))]:
