@@ -219,3 +219,24 @@ def test_roofline_from_config_applies_the_config_overrides_to_its_profile():
     default = Roofline.from_config(model, gpu, 8, Perf())
     for args in ((1, 1000, 1000), (4096, 4096 * 2048, 8192)):
         assert built.iteration(*args) == direct.iteration(*args) != default.iteration(*args)
+
+
+def test_decode_run_cut_is_the_binary_search_over_prefix_sums():
+    """Exactness: the closed-form guess in `cut` only shortcuts the search, across runs whose
+    dominant roofline term switches mid-run, flat runs, and times at and between boundaries."""
+    def searched(run, t):
+        lo, hi = 1, run.k
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if run.elapsed(mid) >= t else (mid + 1, hi)
+        return lo
+
+    rng = np.random.default_rng(3)
+    for _ in range(3000):
+        slope = lambda: float(rng.choice([0.0, rng.uniform(0, 1e-4)]))  # noqa: E731
+        run = LinearRun(LinearTerm(rng.uniform(0, 0.05), slope()),
+                        LinearTerm(rng.uniform(0, 0.05), slope()), rng.uniform(0, 0.01),
+                        int(rng.integers(1, 3000)))
+        ends = [run.elapsed(m) for m in (1, run.k // 2 or 1, run.k)]
+        for t in [0.0, *ends, *rng.uniform(0, run.total_s * 1.1, 4)]:
+            assert run.cut(t) == searched(run, t)

@@ -63,6 +63,8 @@ class Instance:
         self._seg_max: list[float] = []
         self._run_in_flight = None            # the decode run under way and its start time
         self._run_t0 = 0.0
+        self._flight_at = -1.0                # when `_iters_in_flight` last answered, and what
+        self._flight_iters = 0
         self.pending_prefill_tokens = 0
         self.inbound_tokens = 0               # prompts whose KV is on its way here (the pipeline's)
         self.waiting_tokens = 0
@@ -87,9 +89,14 @@ class Instance:
         run = self._run_in_flight
         if run is None:
             return 0
-        t = self.env.now - self._run_t0
+        now = self.env.now
+        if now == self._flight_at:            # routers ask many times at one instant
+            return self._flight_iters
+        t = now - self._run_t0
         m = run.cut(t)
-        return m if run.elapsed(m) <= t else m - 1
+        m = m if run.elapsed(m) <= t else m - 1
+        self._flight_at, self._flight_iters = now, m
+        return m
 
     @property
     def kv_load(self) -> int:
@@ -204,7 +211,7 @@ class Instance:
                 continue
             run = plan                        # a run of decode iterations
             k, elapsed = run.k, run.total_s
-            self._run_in_flight, self._run_t0 = run, t0
+            self._run_in_flight, self._run_t0, self._flight_at = run, t0, -1.0
             self._interruptible = True
             try:
                 yield env.timeout(elapsed)
@@ -231,7 +238,9 @@ class Instance:
                 self.pending_prefill_tokens -= req.prefill_left
                 self.hooks.failed(req, self, "context exceeds the instance's KV memory")
                 continue
-            if running >= self.max_batch or self.held + self.decode_context + need > self.capacity:
+            # no decode run is under way between segments: the decoders' context is settled
+            settled = self._ctx_base + len(self._decoders) * self.iters
+            if running >= self.max_batch or self.held + settled + need > self.capacity:
                 return
             self._dequeue()
             if req.ready_tokens:
@@ -280,7 +289,7 @@ class Instance:
         with prefill in it, ((), a decode run) for decode iterations, (None, None) when a decoder
         had to be preempted first."""
         n = len(self._decoders)
-        ctx = self.decode_context
+        ctx = self._ctx_base + n * self.iters     # between segments: no run under way
         room = (self.capacity - self.held - ctx) // n if n else 0   # iterations the pool can grow
         if n and room < 1:                    # every iteration, mixed or not, adds n tokens
             self._preempt_newest()
@@ -320,7 +329,9 @@ class Instance:
         if self._decoders:
             self.tokens_decoded += k * len(self._decoders)
             self.iters += k
-            self.kv_peak = max(self.kv_peak, self.kv_in_use)
+            used = self.held + self._ctx_base + len(self._decoders) * self.iters   # settled
+            if used > self.kv_peak:
+                self.kv_peak = used
             self._push_segment(longest_s)
             if self._joined:
                 first = t0 + first_s

@@ -9,6 +9,7 @@ grow. The table model replaces the roofline by measured iteration times interpol
 from __future__ import annotations
 
 import csv
+from math import ceil
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -253,8 +254,17 @@ class LinearRun:
         return self.at(m - 1)
 
     def cut(self, t: float) -> int:
-        """Iterations finished at the first iteration boundary at or after time t."""
+        """Iterations finished at the first iteration boundary at or after time t: the smallest
+        m in [1, k] with elapsed(m) >= t (k if none). A closed-form guess brackets it, the
+        exact prefix sums decide."""
         lo, hi = 1, self.k
+        g = self._guess(t)
+        if self.elapsed(g) >= t:
+            if g == 1 or self.elapsed(g - 1) < t:
+                return g
+            hi = g - 1
+        else:
+            lo = min(g + 1, hi)
         while lo < hi:
             mid = (lo + hi) // 2
             if self.elapsed(mid) >= t:
@@ -262,6 +272,23 @@ class LinearRun:
             else:
                 lo = mid + 1
         return lo
+
+    def _guess(self, t: float) -> int:
+        """Where elapsed(m) = t, solved as a quadratic on the segment it falls in, within [1, k]."""
+        s, late = self.split, self.late
+        m = _quadratic_root(self.early.a + self.fixed, self.early.b, t) if s else 0.0
+        if m >= s and late is not None:
+            m = s + _quadratic_root(late.a + late.b * s + self.fixed, late.b,
+                                    max(t - self.elapsed(s), 0.0) if s else t)
+        return max(ceil(min(m, self.k)), 1)
+
+
+def _quadratic_root(a: float, b: float, t: float) -> float:
+    """m >= 0 with a*m + b*m*(m-1)/2 = t (iterations of times a, a+b, ... adding up to t)."""
+    if b <= 0:
+        return t / a if a > 0 else 0.0
+    p = a - b / 2                              # b/2 m^2 + p m - t = 0
+    return (-p + max(p * p + 2 * b * t, 0.0) ** 0.5) / b
 
 
 class TabulatedRun:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from itertools import count
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from pddsim.engine.instance import Instance
 from pddsim.engine.request import Request
@@ -21,15 +21,33 @@ class CacheAffinity:
     prefix (MD and P caches aligned) until that decoder runs out of memory and queues."""
 
     def pick(self, instances, req):
-        return min(instances, key=lambda i: (i.queued_tokens + req.input_tokens - i.cached_tokens(req),
-                                             i.kv_load))
+        return least_loaded(instances, lambda i: i.queued_tokens + req.input_tokens - i.cached_tokens(req))
 
 
 class LeastLoaded:
     """Least queued work, then least KV in use."""
 
     def pick(self, instances, req):
-        return min(instances, key=lambda i: (i.queued_tokens, i.kv_load))
+        return least_loaded(instances, lambda i: i.queued_tokens)
+
+
+def least_loaded(instances: Sequence[Instance], work: Callable[[Instance], int]) -> Instance:
+    """The first instance with the least `work`, ties broken by the least KV load: the same pick
+    as `min` over (work, kv_load) pairs, but the load (a search in a decode run under way) is
+    only computed for instances tied on work."""
+    best, best_work, best_load = None, 0, None
+    for inst in instances:
+        w = work(inst)
+        if best is None or w < best_work:
+            best, best_work, best_load = inst, w, None
+        elif w == best_work:
+            if best_load is None:
+                best_load = best.kv_load
+            load = inst.kv_load
+            if load < best_load:
+                best, best_load = inst, load
+    assert best is not None, "routing over an empty pool"
+    return best
 
 
 class RoundRobin:
