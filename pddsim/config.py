@@ -101,11 +101,19 @@ class Perf(Strict):
         return catalog.engine(self.profile).model_copy(update=overrides)
 
 
+class HostMemory(Strict):
+    """Host DRAM of one instance (its node) given to a prefix cache, and how fast it loads back."""
+
+    capacity_gb: float = Field(gt=0, description="host memory per instance for cached KV, GB")
+    load_gb_per_s: float = Field(gt=0, description="host-to-HBM bandwidth for loading a hit, GB/s")
+
+
 class Cluster(Strict):
     gpu: str
     rdma: RdmaConfig = RdmaConfig()
     instances: list[InstanceGroup] = Field(min_length=1)
     perf: Perf | None = Field(None, description="this cluster's iteration-time model (default: perf)")
+    host_memory: HostMemory | None = Field(None, description="per instance; needed by a host-tier cache")
 
 
 class Batching(Strict):
@@ -123,10 +131,17 @@ class Batching(Strict):
 
 
 class PrefixCacheConfig(Strict):
+    """Each cache lives in a memory tier: `hbm` shares the instance's KV pool with running
+    requests (unused cached blocks are evicted first when they need room), `host` takes the
+    cluster's `host_memory` and pays a load time per hit."""
+
     prefill_tokens: int | None = Field(
-        None, ge=0, description="prefix-cache capacity per prefill instance, tokens (null: unbounded)")
+        None, ge=0, description="prefix-cache size per prefill/colocated instance, tokens "
+        "(0: off, null: all its tier holds)")
+    prefill_tier: Literal["hbm", "host"] = Field("hbm", description="where the prefill cache lives")
     decode_tokens: int | None = Field(
-        0, ge=0, description="decode-side cache (DRC) per decode instance, tokens (0: off, null: unbounded)")
+        0, ge=0, description="decode-side cache (DRC) per decode instance, in HBM, tokens "
+        "(0: off, null: all the KV pool holds)")
 
 
 class Slo(Strict):

@@ -69,14 +69,14 @@ def ideal_service_s(cfg: Config, requests: pd.DataFrame) -> np.ndarray:
     deployment, with the prefix hits the run recorded (`hit_tokens` on the prefill side,
     `hit_tokens_decode` on a decode-side cache).
 
-    The request's uncached prompt is prefilled in chunks, its KV that the decoder lacks crosses the
-    link between them at the link's full line rate (plus its one-way latency), then it decodes
-    alone, one token an iteration. With several instance groups the best placement counts. In a PDD
-    deployment the relay path's ideal is prefill + RDMA to the relay + the whole decode on the
-    relay: its TTFT does not wait for the WAN, and without contention a handoff to the main decoder
-    would only add a stall. The direct path to the main decoder (P-MD) counts too, as it is faster
-    for a prompt the decoder's cache nearly holds: a small delta on the WAN beats the whole prompt
-    on RDMA.
+    A hit from a host-tier cache is loaded first; the request's uncached prompt is prefilled in
+    chunks, its KV that the decoder lacks crosses the link between them at the link's full line rate
+    (plus its one-way latency), then it decodes alone, one token an iteration. With several instance
+    groups the best placement counts. In a PDD deployment the relay path's ideal is prefill + RDMA
+    to the relay + the whole decode on the relay: its TTFT does not wait for the WAN, and without
+    contention a handoff to the main decoder would only add a stall. The direct path to the main
+    decoder (P-MD) counts too, as it is faster for a prompt the decoder's cache nearly holds: a
+    small delta on the WAN beats the whole prompt on RDMA.
     """
     dep = build(simpy.Environment(), cfg, hooks=None, seed=cfg.seed)
     step = min(cfg.batching.prefill_chunk, cfg.batching.token_budget)
@@ -102,6 +102,8 @@ def _route_s(dep: Deployment, front, back, step: int, requests: pd.DataFrame) ->
     hit = requests["hit_tokens"].to_numpy()
     decode = requests["output_tokens"].to_numpy() - 1     # the prefill's last chunk makes the first
     time = _prefill_s(front.perf, hit, inputs - hit, step)
+    if front.host_load is not None:        # a host-tier hit is loaded first, alone on the link
+        time += hit * dep.model.kv_bytes_per_token / front.host_load.bandwidth_Bps
     if front is back:
         return time + _decode_s(back.perf, inputs, decode)
     have = requests["hit_tokens_decode"].to_numpy() if back.cache is not None else 0

@@ -13,16 +13,26 @@ preemption, or the token IDs of an extend-decode handoff), whose last chunk yiel
 `decode_left` tokens one per iteration; or, with `hold`, the computed KV is kept for the pipeline
 (a prefill whose KV will be shipped, a catch-up batch absorbed before the stream moves over).
 A decoder can be asked to leave (a handoff); like a join, that happens at an iteration boundary.
+
+A prefix cache lives in a memory tier. In HBM it shares the KV pool: a block a request uses is pinned
+and counted once, in that request's reservation; the blocks nobody uses count as the cache's and
+are evicted (least recently used first) before a request waits for memory or a decoder is preempted.
+In host memory the cache takes no KV pool room, and a hit is loaded over the host link before the
+request's first prefill chunk. Overlap assumption: a load runs beside the instance's iterations
+(copy engines work concurrently with compute) but is not overlapped with the request's own prefill
+(no layer-by-layer pipelining), and concurrent loads share the link fairly.
 """
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
 from collections import deque
+from functools import partial
 from typing import Callable
 
 import simpy
 
+from pddsim.engine.network import Link
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.engine.request import Request
 from pddsim.intmath import ceil_div
@@ -33,7 +43,10 @@ QUEUE_STAGE = {"prefill": "prefill_queue", "colocated": "prefill_queue", "relay"
 
 class Instance:
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
-                 kv_capacity_tokens: int, batching, cache: PrefixCache | None, hooks):
+                 kv_capacity_tokens: int, batching, cache: PrefixCache | None, hooks,
+                 host_load: Link | None = None, kv_bytes_per_token: float = 0.0):
+        """`host_load` is None for a cache in HBM; for one in host memory, the link its hits are
+        loaded over (`kv_bytes_per_token` sizes them)."""
         self.env = env
         self.name = name
         self.role = role
@@ -47,6 +60,13 @@ class Instance:
         self.max_batch = batching.max_batch
         self.coalesce = batching.coalesce_decode
         self.cache = cache
+        self.host_load = host_load
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self._cache_in_hbm = cache is not None and host_load is None
+        self._pinned: dict[Request, int] = {}  # leading blocks of its chain each request pins
+        self._shared = 0                      # pinned tokens admitted requests' KV also counts
+        self._ctx_end = 0                     # decoders' KV when the segment in flight ends
+        self._loading = 0                     # admitted requests whose hit is being loaded
         self.hooks = hooks                    # the pipeline: prefill_done / finished / failed
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
@@ -121,6 +141,17 @@ class Instance:
         return self.pending_prefill_tokens if self.role in ("prefill", "colocated") \
             else self.waiting_tokens + self.inbound_tokens
 
+    @property
+    def kv_pool_used(self) -> int:
+        """KV tokens taking room in the pool: requests' KV plus (an HBM cache) the cached blocks
+        no admitted request counts already. Exact when several requests share a block: the
+        cache counts it once and each request's share is taken off."""
+        used = self.kv_in_use
+        if self._cache_in_hbm:
+            assert self.cache is not None
+            used += self.cache.used_tokens - self._shared
+        return used
+
     def cached_tokens(self, req: Request) -> int:
         if self.cache is None or not req.hash_ids:
             return 0
@@ -140,7 +171,8 @@ class Instance:
         req.decode_left = decode
         req.context = context
         req.ready_tokens = ready
-        req.pinned_blocks = -1 if use_cache else 0
+        req.needs_lookup = self.cache is not None and bool(req.hash_ids) and (
+            use_cache or self._cache_in_hbm)
         req.uses_cache = use_cache
         req.decoding = False
         if req.stage != "handoff":            # an MD absorbing a handoff: still the handoff
@@ -154,12 +186,13 @@ class Instance:
 
     def release(self, req: Request) -> None:
         """A request whose prefill ended here no longer needs its KV (it has been shipped)."""
-        self.free(req.reserved)
+        self.free(req.reserved, req)
         req.reserved = 0
 
-    def free(self, tokens: int) -> None:
-        """Give back KV held for work that moved on (a pipeline tracking it itself)."""
+    def free(self, tokens: int, req: Request) -> None:
+        """Give back KV held for `req`'s work that moved on (a pipeline tracking it itself)."""
         self.held -= tokens
+        self._unpin(req)
         self._poke()
 
     def withdraw(self, req: Request) -> bool:
@@ -169,11 +202,18 @@ class Instance:
             return False
         self.waiting.remove(req)
         self.waiting_tokens -= req.prefill_left + req.context
-        not_looked_up = req.pinned_blocks == -1   # then its queued work counts net of its hit
+        not_looked_up = req.needs_lookup and req.uses_cache   # its queued work is net of its hit
         self.pending_prefill_tokens -= req.prefill_left - (req.hit_tokens if not_looked_up else 0)
-        self._unpin(req)
+        self._unpin(req, admitted=False)
         req.inst = None
         return True
+
+    def keep_in_cache(self, req: Request) -> None:
+        """The prompt's KV reached this instance: its cache keeps what fits (in HBM, in the room
+        that reservations, running decoders and waiting requests' pins leave)."""
+        if self.cache is None or not req.hash_ids:
+            return
+        self._insert(req, 0)
 
     def at_boundary(self, req: Request, then, *, leave: bool) -> None:
         """At the next iteration boundary call `then(req, tokens_made_here)`, with `leave` taking
@@ -206,12 +246,14 @@ class Instance:
                 continue
             t0 = env.now
             if chunks:                        # one iteration with prefill in it, `plan` seconds
+                self._ctx_end = self.decode_context + len(self._decoders)
                 yield env.timeout(plan)
                 self._complete(chunks, 1, t0, plan, plan, plan)
                 continue
             run = plan                        # a run of decode iterations
             k, elapsed = run.k, run.total_s
             self._run_in_flight, self._run_t0, self._flight_at = run, t0, -1.0
+            self._ctx_end = self.decode_context + len(self._decoders) * k
             self._interruptible = True
             try:
                 yield env.timeout(elapsed)
@@ -228,21 +270,21 @@ class Instance:
         now = self.env.now
         while self.waiting:
             req = self.waiting[0]
-            if req.pinned_blocks == -1:
+            if req.needs_lookup:
                 self._lookup_prefix(req)
             need = ceil_div(req.context + req.prefill_left, self.block) * self.block
-            running = len(self.prefilling) + len(self._decoders)
+            running = len(self.prefilling) + len(self._decoders) + self._loading
+            pinned = self._pool_share(req)    # in the pool already, as cached blocks
             if need > self.capacity:          # can never fit
                 self._dequeue()
-                self._unpin(req)
+                self._unpin(req, admitted=False)
                 self.pending_prefill_tokens -= req.prefill_left
                 self.hooks.failed(req, self, "context exceeds the instance's KV memory")
                 continue
-            # no decode run is under way between segments: the decoders' context is settled
-            settled = self._ctx_base + len(self._decoders) * self.iters
-            if running >= self.max_batch or self.held + settled + need > self.capacity:
+            if running >= self.max_batch or self._free_tokens(need - pinned) < need - pinned:
                 return
             self._dequeue()
+            self._shared += pinned
             if req.ready_tokens:
                 req.emit(now, req.ready_tokens)
                 req.ready_tokens = 0
@@ -251,7 +293,12 @@ class Instance:
                     req.enter("prefill", now)
                 req.reserved = need
                 self.held += need
-                self.prefilling.append(req)
+                if self.host_load is not None and req.uses_cache and req.hit_tokens:
+                    self._loading += 1
+                    self.host_load.send(req.hit_tokens * self.kv_bytes_per_token,
+                                        partial(self._loaded, req))
+                else:
+                    self.prefilling.append(req)
             else:
                 req.reserved = 0
                 self._join_decoding(req)
@@ -262,6 +309,12 @@ class Instance:
         self.waiting_tokens -= req.prefill_left + req.context
         return req
 
+    def _loaded(self, req: Request) -> None:
+        """A host-tier hit is in HBM: the request's prefill can start."""
+        self._loading -= 1
+        self.prefilling.append(req)
+        self._poke()
+
     def _hit_blocks(self, req: Request) -> int:
         """Whole cached blocks of the prompt a lookup now would skip (the last token is computed)."""
         if self.cache is None or not req.hash_ids or not req.block_tokens:
@@ -269,20 +322,66 @@ class Instance:
         return min(self.cache.match(req.hash_ids), (req.input_tokens - 1) // req.block_tokens)
 
     def _lookup_prefix(self, req: Request) -> None:
-        """Pin the prompt's cached prefix; the cache may have changed since `submit` estimated it."""
+        """At the head of the queue: pin the cached prefix the request will use. With
+        `use_cache` that is its hit, skipped by the prefill (the cache may have changed since
+        `submit` estimated it); otherwise (an HBM cache) the blocks of its own context that the
+        cache also holds, so they are counted once."""
+        req.needs_lookup = False
+        if not req.uses_cache:
+            assert self.cache is not None          # only an instance with a cache looks up
+            self._pin(req, min(self.cache.match(req.hash_ids), req.context // req.block_tokens))
+            return
         blocks = self._hit_blocks(req)
-        if blocks and self.cache is not None:      # a hit implies a cache
-            self.cache.pin(req.hash_ids, blocks)
-        req.pinned_blocks = blocks
+        self._pin(req, blocks)
         self.pending_prefill_tokens += req.hit_tokens - blocks * req.block_tokens
         req.hit_tokens = blocks * req.block_tokens
         req.prefill_left = req.input_tokens - req.hit_tokens
         req.context = req.hit_tokens
 
-    def _unpin(self, req: Request) -> None:
-        if req.pinned_blocks > 0 and self.cache is not None:
-            self.cache.unpin(req.hash_ids, req.pinned_blocks)
-        req.pinned_blocks = 0
+    def _pin(self, req: Request, blocks: int) -> None:
+        """Pin the first `blocks` blocks of the request's chain (extending its pin)."""
+        have = self._pinned.get(req, 0)
+        if blocks > have:
+            assert self.cache is not None
+            self.cache.pin(req.hash_ids[have:blocks], blocks - have)
+            self._pinned[req] = blocks
+
+    def _pool_share(self, req: Request) -> int:
+        """Tokens of the KV pool the request's pinned blocks take (none for a host-tier cache)."""
+        return self._pinned.get(req, 0) * req.block_tokens if self._cache_in_hbm else 0
+
+    def _unpin(self, req: Request, admitted: bool = True) -> None:
+        if req in self._pinned:
+            assert self.cache is not None
+            if admitted:
+                self._shared -= self._pool_share(req)
+            self.cache.unpin(req.hash_ids, self._pinned.pop(req))
+
+    def _insert(self, req: Request, own_tokens: int) -> int:
+        """Insert the request's chain into the cache; returns its blocks now resident. In HBM the
+        cache may grow into the free pool plus `own_tokens` of the request's reservation that
+        its blocks take over."""
+        cache = self.cache
+        assert cache is not None
+        limit = None
+        if self._cache_in_hbm:
+            free = self.capacity - self.kv_pool_used - self._growth_left + own_tokens
+            limit = max(cache.used_tokens, cache.used_tokens + free)
+        return cache.insert(req.hash_ids, req.block_tokens, limit)
+
+    @property
+    def _growth_left(self) -> int:
+        """KV the decoders still add before the segment in flight ends."""
+        return max(0, self._ctx_end - self.decode_context)
+
+    def _free_tokens(self, want: int) -> int:
+        """KV tokens free in the pool, after evicting unused cached blocks (least recently used
+        first) until `want` are free, if the cache is in HBM and that is needed."""
+        free = self.capacity - self.kv_pool_used - self._growth_left
+        if free < want and self._cache_in_hbm:
+            assert self.cache is not None
+            free += self.cache.evict(want - free)
+        return free
 
     def _plan(self):
         """Pick this segment's batch: (prefill chunks, the iteration's seconds) for one iteration
@@ -290,8 +389,8 @@ class Instance:
         had to be preempted first."""
         n = len(self._decoders)
         ctx = self._ctx_base + n * self.iters     # between segments: no run under way
-        room = (self.capacity - self.held - ctx) // n if n else 0   # iterations the pool can grow
-        if n and room < 1:                    # every iteration, mixed or not, adds n tokens
+        # every iteration, mixed or not, adds n tokens; cached blocks make room before a decoder
+        if n and self._free_tokens(n) < n:
             self._preempt_newest()
             return None, None
         if self.prefilling:
@@ -316,12 +415,14 @@ class Instance:
             heapq.heappop(heap)
         # one iteration when someone waits for a boundary or coalescing is off
         k = 1 if self._at_boundary or not self.coalesce else heap[0][0] - self.iters
+        room = self._free_tokens(n * k) // n  # iterations the pool can grow, evicting if need be
         return (), self.perf.decode_run(n, ctx, min(k, room))
 
     def _complete(self, chunks, k: int, t0: float, first_s: float, longest_s: float,
                   elapsed: float) -> None:
         """Account a finished segment of k iterations lasting `elapsed` seconds."""
         now = self.env.now
+        self._ctx_end = 0
         if self.tracer is not None:
             n = len(self._decoders)
             self.tracer.batch(self, t0, now, k * n + sum(c for _, c in chunks), n + len(chunks), k)
@@ -359,9 +460,17 @@ class Instance:
 
     def _prefill_done(self, req: Request, now: float) -> None:
         if req.uses_cache and self.cache is not None and req.hash_ids:
-            self.cache.insert(req.hash_ids, req.block_tokens)
-            self._unpin(req)
             req.uses_cache = False
+            if self._cache_in_hbm:            # its prompt's blocks become the cache's, pinned
+                own = req.input_tokens // req.block_tokens   # whole blocks of its reservation
+                have = self._pinned.get(req, 0)
+                resident = min(own, self._insert(req, (own - have) * req.block_tokens))
+                if resident > have:
+                    self._pin(req, resident)
+                    self._shared += (resident - have) * req.block_tokens
+            else:                             # a copy goes to host memory
+                self.cache.insert(req.hash_ids, req.block_tokens)
+                self._unpin(req)
         if req.hold:
             self.hooks.prefill_done(req, self)     # KV stays held until `release` or `stream`
             return
@@ -377,6 +486,7 @@ class Instance:
         self.held -= req.reserved
         req.reserved = 0
         if req.decode_left <= 0:
+            self._unpin(req)
             self.hooks.finished(req, self)
         else:
             self._join_decoding(req)
@@ -398,6 +508,7 @@ class Instance:
             i = bisect_right(self._seg_end, req.start_iter)
             req.emit_run(self.env.now, made, self._seg_max[i])
         del self._decoders[req]
+        self._unpin(req)
         self._ctx_base -= req.context - req.start_iter
         req.context += made
         req.decode_left -= made

@@ -56,7 +56,7 @@ class Request:
         "handoffs", "handoff_stall_s", "handoff_tail_tokens", "relay_tokens",
         # engine state on the instance currently serving it
         "prefill_left", "context", "decode_left", "ready_tokens", "start_iter", "finish_iter",
-        "reserved", "pinned_blocks", "uses_cache", "hold", "inst", "decoding",
+        "reserved", "needs_lookup", "uses_cache", "hold", "inst", "decoding",
         # pipeline scratch (transfers, handoff progress)
         "state",
         # where its time went: current stage, since when, seconds per closed stage, the same
@@ -95,7 +95,7 @@ class Request:
         self.start_iter = 0
         self.finish_iter = 0
         self.reserved = 0
-        self.pinned_blocks = 0
+        self.needs_lookup = False
         self.uses_cache = False
         self.hold = False
         self.inst: Instance | None = None

@@ -64,6 +64,36 @@ def kv_capacity_tokens(cfg: Config, model: catalog.ModelSpec, gpu: catalog.GpuSp
     return tokens
 
 
+def cache_size(cfg: Config, model: catalog.ModelSpec, cluster, group, kv_tokens: int,
+               where: str) -> tuple[int, str]:
+    """The prefix-cache size (tokens; 0: none) of an instance of `group` and its tier. A cache
+    larger than its tier is an InputError naming the field; null means all the tier holds."""
+    pc = cfg.prefix_cache
+    if group.role in ("prefill", "colocated"):
+        field, tokens, tier = "prefix_cache.prefill_tokens", pc.prefill_tokens, pc.prefill_tier
+    elif group.role == "decode":
+        field, tokens, tier = "prefix_cache.decode_tokens", pc.decode_tokens, "hbm"
+    else:
+        return 0, "hbm"
+    if tokens == 0:
+        return 0, tier
+    kv = model.kv_bytes_per_token
+    if tier == "hbm":
+        room, what = kv_tokens, f"the KV pool of {where} ({kv_tokens:,} tokens)"
+    else:
+        host = cluster.host_memory
+        if host is None:
+            cname = where.split(".")[1]
+            raise InputError(f"prefix_cache.prefill_tier: host needs clusters.{cname}.host_memory")
+        room = int(host.capacity_gb * 1e9 // kv)
+        what = f"the host memory of {where} ({host.capacity_gb:g} GB = {room:,} tokens)"
+    if tokens is None:
+        return room, tier
+    if tokens > room:
+        raise InputError(f"{field}: {tokens:,} tokens ({tokens * kv / 1e9:,.0f} GB) exceed {what}")
+    return tokens, tier
+
+
 def make_link(env, name: str, lc: LinkConfig, rng: np.random.Generator) -> Link:
     link = Link(env, name, lc.bandwidth_gbps * GBIT, lc.rtt_ms / 2e3,
                 None if lc.flow_cap_gbps is None else lc.flow_cap_gbps * GBIT)
@@ -105,15 +135,17 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
             capacity = kv_capacity_tokens(cfg, model, gpu, group.tp, where)
             perf = PERF_MODELS[perf_cfg.kind].from_config(model, gpu, group.tp, perf_cfg,
                                                           Path(cfg.base_dir))
-            cache_tokens = {"prefill": cfg.prefix_cache.prefill_tokens,
-                            "colocated": cfg.prefix_cache.prefill_tokens,
-                            "decode": cfg.prefix_cache.decode_tokens}.get(group.role, 0)
+            cache_tokens, tier = cache_size(cfg, model, cluster, group, capacity, where)
+            host = cluster.host_memory if tier == "host" else None
             pool = dep.pools.setdefault(group.role, [])
             for _ in range(group.count):
-                cache = None if cache_tokens == 0 else PrefixCache(cache_tokens)
-                pool.append(Instance(env, f"{cname}/{group.role}{len(pool)}", group.role, cname,
-                                     perf=perf, kv_capacity_tokens=capacity, batching=cfg.batching,
-                                     cache=cache, hooks=hooks))
+                name = f"{cname}/{group.role}{len(pool)}"
+                load = None if host is None else Link(env, f"host:{name}", host.load_gb_per_s * 1e9, 0.0)
+                pool.append(Instance(env, name, group.role, cname, perf=perf,
+                                     kv_capacity_tokens=capacity, batching=cfg.batching,
+                                     cache=PrefixCache(cache_tokens) if cache_tokens else None,
+                                     hooks=hooks, host_load=load,
+                                     kv_bytes_per_token=model.kv_bytes_per_token))
                 members.append((pool[-1], group.tp))
         dep.rdma[cname] = make_fabric(env, f"rdma:{cname}", cluster.rdma, gpu, members)
     if cfg.wan is not None and len(cfg.clusters) == 2:
@@ -122,13 +154,16 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
 
 
 def check_fits(cfg: Config) -> int:
-    """Raise InputError if any instance group cannot hold its model with room for KV; return the
-    largest KV memory (tokens) of any instance: no request longer than that can be served."""
+    """Raise InputError if any instance group cannot hold its model with room for KV, or its
+    prefix cache is larger than its memory tier; return the largest KV memory (tokens) of any
+    instance: no request longer than that can be served."""
     model = catalog.model(cfg.model)
     largest = 0
     for cname, cluster in cfg.clusters.items():
         gpu = catalog.gpu(cluster.gpu)
         for gi, group in enumerate(cluster.instances):
-            largest = max(largest, kv_capacity_tokens(cfg, model, gpu, group.tp,
-                                                      f"clusters.{cname}.instances.{gi}"))
+            where = f"clusters.{cname}.instances.{gi}"
+            tokens = kv_capacity_tokens(cfg, model, gpu, group.tp, where)
+            cache_size(cfg, model, cluster, group, tokens, where)
+            largest = max(largest, tokens)
     return largest

@@ -85,7 +85,7 @@ class PDD(Disaggregated):
         st = req.state
         st.transfers -= 1
         if st.transfers == 0:
-            st.p.free(st.p_held)
+            st.p.free(st.p_held, req)
 
     def _relay_has_prompt(self, req: Request) -> None:
         self._transfer_done(req)

@@ -121,8 +121,7 @@ class Disaggregated(Pipeline):
     @staticmethod
     def kv_landed(req: Request, dst) -> None:
         """The prompt's KV is on `dst`: its decode-side cache (if any) keeps it for later turns."""
-        if dst.cache is not None and req.hash_ids:
-            dst.cache.insert(req.hash_ids, req.block_tokens)
+        dst.keep_in_cache(req)
 
     def start_decode(self, req: Request, d) -> None:
         """`d` holds the prompt's KV: it streams the prefill's token, then decodes the rest."""
