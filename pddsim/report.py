@@ -8,9 +8,11 @@ archived as one file.
 """
 from __future__ import annotations
 
+import base64
 import html
 import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -49,8 +51,9 @@ def _read_table(folder: Path, name: str) -> pd.DataFrame | None:
     return None
 
 
-def find_runs(folder: Path) -> tuple[list[Run], dict[str, pd.DataFrame]]:
-    """The runs in `folder` (itself, or its subfolders) and any other tables lying there."""
+def find_runs(folder: Path) -> tuple[list[Run], dict[str, pd.DataFrame], list[Path]]:
+    """The runs in `folder` (itself, or its subfolders), any other tables lying there (a plan's
+    points) and the PNG figures beside them (a plan's heatmap and Pareto front)."""
     if not folder.is_dir():
         raise InputError(f"{folder}: not a directory (give what `pddsim run --out` wrote)")
     try:
@@ -60,14 +63,15 @@ def find_runs(folder: Path) -> tuple[list[Run], dict[str, pd.DataFrame]]:
             runs = [Run(p) for p in sorted(folder.iterdir()) if (p / "summary.json").is_file()]
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(f"{folder}: a summary.json is not valid JSON ({e})") from None
-    if not runs:
-        raise InputError(f"{folder}: no summary.json here or in its subfolders "
-                         "(give what `pddsim run --out` wrote)")
     extra = {}
     for path in sorted(folder.glob("*.parquet")):
         if path.stem not in RUN_TABLES:
             extra[path.stem] = pd.read_parquet(path)
-    return runs, extra
+    images = sorted(folder.glob("*.png"))
+    if not runs and not extra:
+        raise InputError(f"{folder}: no summary.json here or in its subfolders and no table "
+                         "(give what `pddsim run --out`, `compare --out` or `plan --out` wrote)")
+    return runs, extra, images
 
 
 # -- figures ------------------------------------------------------------------------------------
@@ -182,9 +186,31 @@ def pool_frame(run: Run) -> pd.DataFrame:
     return inst.groupby("role")[cols].mean()
 
 
-def render(runs: list[Run], extra: dict[str, pd.DataFrame]) -> str:
-    parts = [f"<h1>pddsim report: {html.escape(', '.join(r.name for r in runs))}</h1>",
-             "<h2>Summary</h2>", _table(summary_frame(runs))]
+def _inline_png(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f"<figure><img alt='{html.escape(path.stem)}' src='data:image/png;base64,{data}'></figure>"
+
+
+def render(runs: list[Run], extra: dict[str, pd.DataFrame], images: Sequence[Path] = ()) -> str:
+    title = ", ".join(r.name for r in runs) or ", ".join(extra)
+    parts = [f"<h1>pddsim report: {html.escape(title)}</h1>"]
+    if runs:
+        parts += ["<h2>Summary</h2>", _table(summary_frame(runs))]
+        parts += run_sections(runs)
+    for name, table in extra.items():
+        parts += [f"<h2>{html.escape(name)}</h2>", _table(table.head(200), index=False)]
+    parts += [_inline_png(path) for path in images]
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+             "table.t{border-collapse:collapse;font-size:13px}"
+             "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
+             "figure{margin:1em 0}figure svg,figure img{max-width:100%;height:auto}")
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>pddsim report</title>"
+            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
+
+
+def run_sections(runs: list[Run]) -> list[str]:
+    """Stage tables, TTFT figures, time series and utilisation of the runs."""
+    parts = []
     for run in runs:
         if any(k.startswith("stage_") for k in run.summary):
             parts += [f"<h2>{html.escape(run.name)}: where the time went (s per request)</h2>",
@@ -202,18 +228,10 @@ def render(runs: list[Run], extra: dict[str, pd.DataFrame]) -> str:
         pools = pool_frame(run)
         if not pools.empty:
             parts += [f"<h2>{html.escape(run.name)}: utilisation per pool</h2>", _table(pools)]
-    for name, table in extra.items():
-        parts += [f"<h2>{html.escape(name)}</h2>", _table(table.head(200), index=False)]
-    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-             "table.t{border-collapse:collapse;font-size:13px}"
-             "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
-             "figure{margin:1em 0}figure svg{max-width:100%;height:auto}")
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>pddsim report</title>"
-            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
+    return parts
 
 
 def write_report(folder: str | Path, out: str | Path) -> Path:
-    runs, extra = find_runs(Path(folder))
     out = Path(out)
-    out.write_text(render(runs, extra), encoding="utf-8")
+    out.write_text(render(*find_runs(Path(folder))), encoding="utf-8")
     return out

@@ -144,6 +144,11 @@ def test_cli_json_table_and_out(small, shared_cache, tmp_path, capsys):
     table = pd.read_parquet(out / "points.parquet")
     assert len(table) == 6 and {P, D, "capacity_rps", "rank", "pareto"} <= set(table.columns)
     assert (out / "heatmap.png").stat().st_size > 0 and (out / "pareto.png").stat().st_size > 0
+    page = tmp_path / "plan.html"                 # the report reads a plan's output too
+    assert main(["report", str(out), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert "points" in html and html.count("data:image/png;base64,") == 2
+    capsys.readouterr()
     assert main(args) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"simulated {doc['simulated']} of 6 points")
