@@ -432,8 +432,9 @@ def parser() -> Parser:
                      help="a dimension: integers A to B (A..B:STEP) or listed values; repeat")
     pln.add_argument("--budget", type=float, metavar="USD_PER_HOUR", help="cost per hour at most")
     pln.add_argument("--load", type=float, metavar="RPS", help="capacity at least this")
-    pln.add_argument("--objective", choices=("bcr", "capacity", "cost"),
-                     help="bcr at capacity (default), capacity, or cost (least; default with --load)")
+    pln.add_argument("--objective", choices=("bcr", "capacity", "cost", "margin"),
+                     help="bcr at capacity (default), capacity, cost (least; default with --load) "
+                     "or margin (revenue minus cost per hour at capacity)")
     pln.add_argument("--seeds", type=int, default=1, metavar="N",
                      help="measure each point over N seeds: mean and 95%% interval")
     pln.add_argument("--seed", type=int, help="first seed (default: the config's)")

@@ -80,7 +80,7 @@ def test_interval_is_a_student_t_interval():
 
 
 @pytest.mark.parametrize("objective,budget,load", [("bcr", 110, None), ("capacity", 110, None),
-                                                   ("cost", None, 6.0)])
+                                                   ("cost", None, 6.0), ("margin", 110, None)])
 def test_winner_is_the_brute_force_best(small, shared_cache, grid, objective, budget, load):
     grid = [r for r in grid if budget is None or r["cost"] <= budget]
     result = plan(small, VARY, budget=budget, load=load, objective=objective, seed=0,
@@ -89,6 +89,8 @@ def test_winner_is_the_brute_force_best(small, shared_cache, grid, objective, bu
         best = max(grid, key=lambda r: (r["bcr_at_capacity"], -r["cost"]))
     elif objective == "capacity":
         best = max(grid, key=lambda r: (r["capacity_rps"], -r["cost"]))
+    elif objective == "margin":
+        best = max(grid, key=lambda r: (r["margin_at_capacity"], -r["cost"]))
     else:
         best = min((r for r in grid if r["capacity_rps"] >= load),
                    key=lambda r: (r["cost"], -r["capacity_rps"]))

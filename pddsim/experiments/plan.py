@@ -44,7 +44,7 @@ from pddsim.sim import load_workload
 from pddsim.system.deployment import check_fits
 from pddsim.workload.model import Workload
 
-OBJECTIVES = ("bcr", "capacity", "cost")
+OBJECTIVES = ("bcr", "capacity", "cost", "margin")
 TASK = "plan-capacity"      # what a cached result measured
 CAPACITY_TOL = 0.03         # the capacity search's relative tolerance, hence the slack on bounds
 # two-sided 95% Student-t quantiles by degrees of freedom (beyond 30: the 30 value, conservative)
@@ -82,10 +82,12 @@ def measure(workloads: dict[str, Workload], task: tuple[Config, str, int]) -> di
     cfg, workload_key, seed = task
     cap = find_capacity(cfg, workloads[workload_key], seed=seed, rel_tol=CAPACITY_TOL)
     if cap.capacity_rps is None or cap.result is None:
-        return {"capacity_rps": None, "bcr_at_capacity": None, "bottleneck": None}
+        return {"capacity_rps": None, "bcr_at_capacity": None, "margin_at_capacity": None,
+                "bottleneck": None}
     busy = cap.result.instances.assign(pool=cap.result.instances["instance"].str.rstrip("0123456789"))
     return {"capacity_rps": float(cap.capacity_rps),
             "bcr_at_capacity": float(cap.result.summary["bcr"]),
+            "margin_at_capacity": float(cap.result.summary["margin_per_hour"]),
             "bottleneck": busy.groupby("pool")["busy_share"].mean().idxmax()}
 
 
@@ -113,14 +115,18 @@ class Point:
     samples: list[Any] = field(default_factory=list)   # per seed: a measurement, or Failed
     capacity: float | None = None
     bcr: float | None = None
+    margin: float | None = None
 
     def row(self) -> dict:
         cap = interval([s["capacity_rps"] for s in self.samples]) if self.samples else (None,) * 3
         bcr = interval([s["bcr_at_capacity"] for s in self.samples]) if self.samples else (None,) * 3
+        margin = interval([s.get("margin_at_capacity") for s in self.samples]) if self.samples \
+            else (None,) * 3
         bottleneck = self.samples[0]["bottleneck"] if self.samples else None
         return {"point": self.n, "values": self.values, "status": self.status, "reason": self.reason,
                 "cost_per_hour": self.cost, "capacity_rps": cap[0], "capacity_lo": cap[1],
                 "capacity_hi": cap[2], "bcr_at_capacity": bcr[0], "bcr_lo": bcr[1], "bcr_hi": bcr[2],
+                "margin_at_capacity": margin[0], "margin_lo": margin[1], "margin_hi": margin[2],
                 "bottleneck": bottleneck}
 
 
@@ -161,7 +167,7 @@ class Plan:
             return None
         if self.objective == "cost" and a["cost_per_hour"] != b["cost_per_hour"]:
             return True
-        key = "bcr" if self.objective == "bcr" else "capacity"
+        key = self.objective if self.objective in ("bcr", "margin") else "capacity"
         if a[f"{key}_lo"] is None or b[f"{key}_lo"] is None:
             return None
         return a[f"{key}_lo"] > b[f"{key}_hi"] or b[f"{key}_lo"] > a[f"{key}_hi"]
@@ -242,6 +248,7 @@ class Known(NamedTuple):
     cost: float
     capacity: float
     bcr: float
+    margin: float | None      # None from results cached before margins were measured
     point: Point
 
 
@@ -266,7 +273,7 @@ class _Search:
 
     def known(self) -> list[Known]:
         """The measured points that have a capacity."""
-        return [Known(p.n, p.cost, p.capacity, p.bcr, p) for p in self.measured()
+        return [Known(p.n, p.cost, p.capacity, p.bcr, p.margin, p) for p in self.measured()
                 if p.cost is not None and p.capacity is not None and p.bcr is not None]
 
     def rankable(self) -> list[Known]:
@@ -275,6 +282,8 @@ class _Search:
     def rank_key(self, k: Known) -> tuple[float, float, int]:
         if self.objective == "bcr":
             return (-k.bcr, k.cost, k.n)
+        if self.objective == "margin":
+            return (-(k.margin if k.margin is not None else -math.inf), k.cost, k.n)
         if self.objective == "capacity":
             return (-k.capacity, k.cost, k.n)
         return (k.cost, -k.capacity, k.n)
@@ -313,6 +322,7 @@ class _Search:
             p.status = "simulated"
             p.capacity = interval([s["capacity_rps"] for s in p.samples])[0]
             p.bcr = interval([s["bcr_at_capacity"] for s in p.samples])[0]
+            p.margin = interval([s.get("margin_at_capacity") for s in p.samples])[0]
 
     def bound(self, q: Point) -> tuple[float, Known | None]:
         """The least measured capacity among points with at least q's instances, raised by the
@@ -331,6 +341,8 @@ class _Search:
         best = min(ranked, key=self.rank_key)
         if self.objective == "bcr":      # goodput never exceeds the arrival rate
             return bound * 3600.0 / cost < best.bcr
+        if self.objective == "margin":   # revenue per request has no bound known in advance
+            return False
         if self.objective == "capacity":
             return bound < best.capacity
         return cost > best.cost
@@ -477,6 +489,7 @@ def format_plan(result: Plan, limit: int = 20) -> str:
                      "cost $/h": _fmt(p["cost_per_hour"], "{:.1f}"),
                      "capacity rps": _with_interval(p, "capacity_rps", "{:.3f}"),
                      "BCR at capacity": _with_interval(p, "bcr_at_capacity", "{:.2f}"),
+                     "margin $/h": _with_interval(p, "margin_at_capacity", "{:.1f}"),
                      "bottleneck": p["bottleneck"] or "-",
                      "note": p["reason"] if p["status"] == "failed" else
                      ("below load" if result.load is not None and n not in result.ranked else "")})
