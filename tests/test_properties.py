@@ -5,6 +5,7 @@ all its tokens or a failure reason. Example counts are bounded so the suite stay
 once failed are kept below with @example."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_network import _run
 
 from pddsim.config import from_dict
 from pddsim.sim import simulate
@@ -97,19 +98,7 @@ def _fluid_finish_times(starts, sizes, capacity, cap):
 @given(flows=st.lists(st.tuples(st.floats(0, 10), st.floats(1, 1000)), min_size=1, max_size=12),
        cap=st.sampled_from((None, 20.0, 60.0)))
 def test_link_sharing_matches_a_brute_force_fluid_computation(flows, cap):
-    import simpy
-
-    from pddsim.engine.network import Link
-    env = simpy.Environment()
-    link = Link(env, "l", 100.0, 0.0, flow_cap_Bps=cap)
-    finished = {}
-
-    def start(i, at, size):
-        yield env.timeout(at)
-        link.send(size, lambda: finished.__setitem__(i, env.now))
-    for i, (at, size) in enumerate(flows):
-        env.process(start(i, at, size))
-    env.run()
+    _, finished = _run(dict(bandwidth_Bps=100.0, latency_s=0.0, flow_cap_Bps=cap), flows, until=None)
     expected = _fluid_finish_times([f[0] for f in flows], [f[1] for f in flows], 100.0, cap)
     for i, t in enumerate(expected):
         assert abs(finished[i] - t) <= 1e-6 * max(1.0, t), (i, finished[i], t)
