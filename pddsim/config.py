@@ -345,6 +345,70 @@ class Observe(Strict):
                                 "rest are counted in the file's metadata")
 
 
+class LinkFault(Strict):
+    """A scheduled fault of a link: `link_down` stops it (flows on it stall, rate 0), and
+    `link_degrade` runs it at `factor` of its capacity, from `start_s` for `duration_s`."""
+
+    kind: Literal["link_down", "link_degrade"]
+    link: str = Field(description="'wan', or 'rdma:CLUSTER' for a cluster's fabric")
+    factor: float | None = Field(None, ge=0, le=1, description="link_degrade: share of the "
+                                 "capacity left")
+    start_s: float = Field(ge=0)
+    duration_s: float | None = Field(ge=0, description="null: it never recovers")
+
+    @model_validator(mode="after")
+    def _factor(self):
+        if (self.kind == "link_degrade") != (self.factor is not None):
+            raise ValueError("factor goes with link_degrade (and only with it)")
+        return self
+
+
+class InstanceFault(Strict):
+    """A scheduled loss of instances, named (`instance: a/decode0`) or the first `count` of a role
+    in a cluster (all of them by default), from `start_s` for `duration_s`; each restarts with an
+    empty cache."""
+
+    kind: Literal["instance_down"]
+    instance: str | None = Field(None, description="an instance's name, CLUSTER/ROLEi")
+    cluster: str | None = None
+    role: Literal["prefill", "decode", "colocated", "relay"] | None = None
+    count: int | None = Field(None, ge=1, description="with role: how many (null: all)")
+    start_s: float = Field(ge=0)
+    duration_s: float | None = Field(ge=0, description="null: it never restarts")
+
+    @model_validator(mode="after")
+    def _target(self):
+        if (self.instance is None) == (self.role is None or self.cluster is None):
+            raise ValueError("give either instance, or cluster and role")
+        return self
+
+
+class RandomFaults(Strict):
+    """Independent failures of every instance of a role: up-times and repair times exponential
+    with means `mtbf_s` and `mttr_s`, drawn from the run's seed (a stream of their own)."""
+
+    role: Literal["prefill", "decode", "colocated", "relay"]
+    mtbf_s: float = Field(gt=0, description="mean time between failures of one instance")
+    mttr_s: float = Field(gt=0, description="mean time to repair (restart, empty cache)")
+
+
+FaultEvent = Annotated[LinkFault | InstanceFault, Field(discriminator="kind")]
+
+
+class Faults(Strict):
+    """What fails during the run, and how the system recovers (see the README's Faults)."""
+
+    events: list[FaultEvent] = Field(default_factory=list, description="scheduled faults")
+    random: list[RandomFaults] = Field(default_factory=list, description="random failures per role")
+    transfer_timeout_s: float | None = Field(
+        None, gt=0, description="a KV transfer not delivered after this long is abandoned and its "
+        "request retried (null: stalled transfers wait for the link)")
+    max_retries: int = Field(3, ge=0, description="re-dispatches of one request before it fails")
+    degraded: Literal["finish_on_relay", "wait"] = Field(
+        "finish_on_relay", description="PDD while the WAN is down: new requests finish on the RLD, "
+        "or take their usual path and wait for the line")
+
+
 class Config(Strict):
     name: str
     model: str
@@ -360,6 +424,7 @@ class Config(Strict):
     workload: WorkloadConfig
     observe: Observe = Observe()
     pricing: Pricing = Pricing()
+    faults: Faults | None = Field(None, description="faults during the run (null: none)")
     seed: int = 0
     base_dir: str = Field(".", description="where relative paths resolve (set by the loader)")
 
@@ -379,7 +444,40 @@ class Config(Strict):
             raise ValueError("at most two clusters (one WAN line) are modelled")
         if len(self.clusters) == 2 and self.wan is None:
             raise ValueError("two clusters need a wan link")
+        if self.faults is not None:
+            self._check_fault_targets(self.faults)
         return self
+
+    def instance_names(self) -> dict[str, list[str]]:
+        """Every instance's name per `cluster/role` (as the deployment names them)."""
+        names: dict[str, list[str]] = {}
+        count: dict[str, int] = {}
+        for cname, cluster in self.clusters.items():
+            for g in cluster.instances:
+                pool = names.setdefault(f"{cname}/{g.role}", [])
+                for _ in range(g.count):
+                    n = count.get(g.role, 0)
+                    pool.append(f"{cname}/{g.role}{n}")
+                    count[g.role] = n + 1
+        return names
+
+    def _check_fault_targets(self, faults: Faults) -> None:
+        links = {f"rdma:{c}" for c in self.clusters} | ({"wan"} if len(self.clusters) == 2 else set())
+        names = self.instance_names()
+        roles = {g.role for c in self.clusters.values() for g in c.instances}
+        for i, ev in enumerate(faults.events):
+            where = f"faults.events.{i}"
+            if isinstance(ev, LinkFault) and ev.link not in links:
+                raise ValueError(f"{where}.link: no link {ev.link!r}; known: {', '.join(sorted(links))}")
+            if isinstance(ev, InstanceFault):
+                if ev.instance is not None and not any(ev.instance in p for p in names.values()):
+                    raise ValueError(f"{where}.instance: no instance {ev.instance!r}; known: "
+                                     f"{', '.join(n for p in names.values() for n in p)}")
+                if ev.role is not None and f"{ev.cluster}/{ev.role}" not in names:
+                    raise ValueError(f"{where}: cluster {ev.cluster!r} has no {ev.role} instances")
+        for i, rf in enumerate(faults.random):
+            if rf.role not in roles:
+                raise ValueError(f"faults.random.{i}.role: no {rf.role} instances")
 
     def resolve(self, path: str) -> Path:
         p = Path(path)

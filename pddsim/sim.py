@@ -23,6 +23,7 @@ from pddsim.errors import InputError, InvariantError
 from pddsim.metrics import Recorder, summarize
 from pddsim.sessions import session_summary, session_table
 from pddsim.system.deployment import build, check_fits
+from pddsim.system.faults import STALLED, FaultInjector
 from pddsim.system.pdd import PDD
 from pddsim.system.pipelines import Colocated, Disaggregated
 from pddsim.system.routers import make_router
@@ -103,6 +104,31 @@ def load_workload(cfg: Config) -> Workload:
     return workload
 
 
+def run_through_faults(env, pipeline, replay: Replay, in_flight: dict[int, Request]) -> None:
+    """Run to the end with faults: when nothing but periodic processes is left (a transfer on a
+    line that never comes back, a pool that never restarts), the requests still in flight fail as
+    `stalled` and the run goes on (a closed loop issues the turns that follow them)."""
+    daemons = pipeline.dep.daemons
+
+    def run_until(until) -> bool:
+        """Run until `until`; False if the run got stuck first."""
+        daemons.stuck = env.event()
+        try:
+            env.run(until=env.any_of([until, daemons.stuck]))
+        except RuntimeError as e:           # SimPy: nothing at all is scheduled
+            if isinstance(e, InvariantError) or env.peek() != float("inf"):
+                raise
+        daemons.stuck = None
+        return until.triggered
+
+    while not run_until(replay.all_ended):
+        if not in_flight:
+            raise InvariantError("the run is stuck with no request in flight")
+        for req in list(in_flight.values()):
+            pipeline.give_up(req, STALLED)
+    run_until(pipeline.drained())       # work of ended requests stalled for good is left as is
+
+
 def simulate(cfg: Config, workload: Workload, seed: int | None = None,
              on_progress: Callable[[int], None] | None = None,
              check_invariants: bool = False) -> Result:
@@ -145,8 +171,10 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     period_s = cfg.observe.sample_s
     if period_s is None:
         period_s = default_period_s(max((r.arrival_s for r in reqs), default=0.0))
-    sampler = Sampler(env, all_instances, pipeline.dep.links, period_s, timeline) \
-        if period_s > 0 else None
+    sampler = Sampler(env, all_instances, pipeline.dep.links, period_s, pipeline.dep.daemons,
+                      timeline) if period_s > 0 else None
+    faults = None if cfg.faults is None else FaultInjector(
+        env, cfg.faults, pipeline.dep, pipeline, np.random.default_rng([seed, 5]))
 
     def issue(idx: int) -> None:
         req = in_flight[idx] = Request(idx, reqs[idx], env.now, log=timeline is not None)
@@ -154,8 +182,11 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
 
     replay = Replay(env, workload, cfg.workload, np.random.default_rng([seed, 3]), issue)
     replay.start()
-    env.run(until=replay.all_ended)
-    env.run(until=pipeline.drained())
+    if faults is None:
+        env.run(until=replay.all_ended)
+        env.run(until=pipeline.drained())
+    else:
+        run_through_faults(env, pipeline, replay, in_flight)
     if checks is not None:
         checks.at_end(in_flight)
     df = recorder.frame(cfg.slo)
@@ -178,6 +209,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     summary.update(revenue_summary(df, cfg, env.now, summary["cost_per_hour"]))
     summary.update(utilization_summary(instances, links))
     summary.update(session_summary(sessions))
+    if faults is not None:
+        summary.update(faults.summary(df, env.now))
     return Result(summary=summary, requests=df, links=links, instances=instances, sessions=sessions,
                   timeseries=series, windows=windows(df, period_s if period_s > 0 else env.now
                                                      or 1.0), timeline=timeline)

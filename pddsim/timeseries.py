@@ -21,8 +21,10 @@ FULL = 0.99          # KV occupancy at or above this share counts as memory full
 class Sampler:
     """SimPy process reading every instance and link each `period_s` seconds."""
 
-    def __init__(self, env, instances: list, links: list, period_s: float, timeline=None):
+    def __init__(self, env, instances: list, links: list, period_s: float, daemons,
+                 timeline=None):
         self.env = env
+        self.daemons = daemons
         self.timeline = timeline
         self.instances = instances
         self.links = links
@@ -41,12 +43,12 @@ class Sampler:
         self.value.append(value)
 
     def _run(self):
-        """Sample until nothing else is scheduled: a run that can make no more progress must
-        still end (with SimPy's error), not tick on forever because of the sampler."""
+        """Sample until only daemons are scheduled: a run that can make no more progress must
+        still end, not tick on forever because of the sampler (see `engine/daemons.py`)."""
         while True:
-            yield self.env.timeout(self.period_s)
+            yield self.daemons.sleep(self.period_s)
             self.sample()
-            if self.env.peek() == float("inf"):
+            if not self.daemons.keep_going():
                 return
 
     def sample(self) -> None:

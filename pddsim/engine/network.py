@@ -16,6 +16,8 @@ from typing import Callable
 
 import numpy as np
 
+from pddsim.engine.daemons import Daemons
+
 
 class Flow:
     """One transfer in flight; `sent` is exact once it has ended or been cancelled."""
@@ -38,7 +40,9 @@ class Link:
         self.env = env
         self.name = name
         self.bandwidth_Bps = bandwidth_Bps
-        self.capacity_Bps = bandwidth_Bps    # what background load leaves for our flows
+        self.capacity_Bps = bandwidth_Bps    # what background load and faults leave for our flows
+        self.scale = 1.0                     # the share of the line in service (faults)
+        self._left_Bps = bandwidth_Bps       # what background load leaves
         self.latency_s = latency_s
         self.flow_cap_Bps = flow_cap_Bps
         self.bytes_carried = 0.0
@@ -84,8 +88,17 @@ class Link:
         return self._active
 
     def set_capacity(self, capacity_Bps: float) -> None:
+        """What other traffic leaves of the line (background load)."""
         self._advance()
-        self.capacity_Bps = capacity_Bps
+        self._left_Bps = capacity_Bps
+        self.capacity_Bps = capacity_Bps * self.scale
+        self._reschedule()
+
+    def set_scale(self, scale: float) -> None:
+        """Run the line at `scale` of its capacity (a degraded line; 0: down, its flows stall)."""
+        self._advance()
+        self.scale = scale
+        self.capacity_Bps = self._left_Bps * scale
         self._reschedule()
 
     def expected_transfer_s(self, nbytes: float, *, nominal: bool = True) -> float:
@@ -331,13 +344,15 @@ def deliver(env, latency_s: float, flow: Flow) -> None:
 
 
 def background_load(env, link: Link, *, mean: float, std: float, period_s: float,
-                    correlation: float, rng: np.random.Generator):
+                    correlation: float, rng: np.random.Generator, daemons: Daemons):
     """Process: every `period_s` the share of the link taken by other traffic moves (AR(1) around
     `mean`, clipped to [0, 0.95]); our flows share what is left. This is what turns a 1-second WAN
-    transfer into a 20-second one."""
+    transfer into a 20-second one. A daemon: it stops ticking once only daemons are left."""
     load = mean
     innovation = std * np.sqrt(1.0 - correlation ** 2)
     while True:
         link.set_capacity(link.bandwidth_Bps * (1.0 - load))
-        yield env.timeout(period_s)
+        yield daemons.sleep(period_s)
+        if not daemons.keep_going():
+            return
         load = float(np.clip(mean + correlation * (load - mean) + rng.normal(0.0, innovation), 0.0, 0.95))

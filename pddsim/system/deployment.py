@@ -10,6 +10,7 @@ import numpy as np
 
 from pddsim import catalog
 from pddsim.config import Config, LinkConfig, RdmaConfig
+from pddsim.engine.daemons import Daemons
 from pddsim.engine.instance import Instance
 from pddsim.engine.network import Fabric, Flow, Link, background_load
 from pddsim.engine.perf import PERF_MODELS
@@ -25,6 +26,7 @@ class Deployment:
     pools: dict[str, list[Instance]] = field(default_factory=dict)
     rdma: dict[str, Fabric] = field(default_factory=dict)
     wan: Link | None = None
+    daemons: Daemons | None = None          # the periodic processes of its environment
 
     def carrier(self, src: Instance, dst: Instance) -> Fabric | Link:
         """What a transfer from `src` to `dst` crosses: their cluster's fabric, or the WAN."""
@@ -94,13 +96,15 @@ def cache_size(cfg: Config, model: catalog.ModelSpec, cluster, group, kv_tokens:
     return tokens, tier
 
 
-def make_link(env, name: str, lc: LinkConfig, rng: np.random.Generator) -> Link:
+def make_link(env, name: str, lc: LinkConfig, rng: np.random.Generator,
+              daemons: Daemons | None = None) -> Link:
     link = Link(env, name, lc.bandwidth_gbps * GBIT, lc.rtt_ms / 2e3,
                 None if lc.flow_cap_gbps is None else lc.flow_cap_gbps * GBIT)
     if lc.background is not None:
         b = lc.background
         env.process(background_load(env, link, mean=b.mean, std=b.std, period_s=b.period_s,
-                                    correlation=b.correlation, rng=rng))
+                                    correlation=b.correlation, rng=rng,
+                                    daemons=daemons or Daemons(env)))
     return link
 
 
@@ -125,7 +129,7 @@ def make_fabric(env, name: str, rdma: RdmaConfig, gpu: catalog.GpuSpec,
 
 def build(env, cfg: Config, hooks, seed: int) -> Deployment:
     model = catalog.model(cfg.model)
-    dep = Deployment(model=model)
+    dep = Deployment(model=model, daemons=Daemons(env))
     for cname, cluster in cfg.clusters.items():
         gpu = catalog.gpu(cluster.gpu)
         perf_cfg = cluster.perf or cfg.perf        # a cluster of other GPUs needs its own table
@@ -149,7 +153,7 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
                 members.append((pool[-1], group.tp))
         dep.rdma[cname] = make_fabric(env, f"rdma:{cname}", cluster.rdma, gpu, members)
     if cfg.wan is not None and len(cfg.clusters) == 2:
-        dep.wan = make_link(env, "wan", cfg.wan, np.random.default_rng([seed, 2]))
+        dep.wan = make_link(env, "wan", cfg.wan, np.random.default_rng([seed, 2]), dep.daemons)
     return dep
 
 

@@ -22,8 +22,8 @@ from pddsim.system.pipelines import Disaggregated
 class PddRequestState:
     """One request's state in the PDD pipeline: where its KV went, how far its handoff is."""
 
-    __slots__ = ("req", "p", "p_held", "rld", "md", "shadow", "wan_flow", "transfers", "absorbed",
-                 "md_busy", "rounds", "final", "leftover")
+    __slots__ = ("req", "p", "p_held", "rld", "md", "shadow", "wan_flow", "rld_flow", "ids_flow",
+                 "transfers", "absorbed", "md_busy", "rounds", "final", "leftover")
 
     def __init__(self, req, p, md):
         self.req, self.p, self.md, self.rld = req, p, md, None
@@ -31,6 +31,8 @@ class PddRequestState:
         req.reserved = 0
         self.shadow = None        # the catch-up job absorbing tokens on the MD
         self.wan_flow = None
+        self.rld_flow = None      # the prompt's KV on its way to the RLD
+        self.ids_flow = None      # the last token IDs sent to the MD
         self.transfers = 0        # KV transfers out of P still in flight
         self.absorbed = 0         # generated tokens whose KV the MD already holds
         self.md_busy = False      # an extend is queued or running on the MD
@@ -71,11 +73,17 @@ class PDD(Disaggregated):
         md = self.routers["decode"].pick(self.dep.pools["decode"], req)
         st = req.state = PddRequestState(req, p, md)
         lacking = (req.input_tokens - md.cached_tokens(req)) * self.dep.model.kv_bytes_per_token
-        req.pipeline = self.paths.choose(req, lacking, self.dep.wan)
+        faults = self.faults
+        if faults is not None and faults.cfg.degraded == "finish_on_relay" and \
+                faults.link_is_down(self.wan):
+            req.pipeline = Route.P_RLD          # degraded mode: nothing can cross the WAN now
+        else:
+            req.pipeline = self.paths.choose(req, lacking, self.dep.wan)
         if req.pipeline != Route.P_MD:
             st.rld = self.routers["relay"].pick(self.dep.pools["relay"], req)
             st.transfers += 1
-            self.ship_kv(req, p, st.rld, lambda: self._relay_has_prompt(req), streams=True)
+            st.rld_flow = self.ship_kv(req, p, st.rld, lambda: self._relay_has_prompt(req),
+                                       streams=True)
         if req.pipeline != Route.P_RLD:
             st.transfers += 1
             st.wan_flow = self.ship_kv(req, p, md, lambda: self._md_has_prompt(req),
@@ -134,8 +142,8 @@ class PDD(Disaggregated):
             req.handoff_tail_tokens = n_ids
         nbytes = n_ids * self.cfg.token_id_bytes
         req.wan_bytes += nbytes
-        self.send(st.rld, st.md, nbytes, lambda: self._ids_arrived(req, n_ids, final), req,
-                  "token IDs")
+        st.ids_flow = self.send(st.rld, st.md, nbytes, lambda: self._ids_arrived(req, n_ids, final),
+                                req, "token IDs")
 
     def _ids_arrived(self, req: Request, n_ids: int, final: bool) -> None:
         st = req.state
@@ -181,14 +189,39 @@ class PDD(Disaggregated):
         if st.shadow is not None and st.shadow.reserved:
             st.md.release(st.shadow)
 
+    def abandon(self, req: Request) -> None:
+        """A fault ends the request's attempt: its transfers in flight are cancelled (the prompt's
+        to the RLD, token IDs to the MD) and the rest let go as when it ends."""
+        st = req.state
+        req.finish_s = self.env.now             # the attempt is over: late deliveries let go
+        if st is None:
+            return
+        flow = st.rld_flow
+        if flow is not None and not flow.done:
+            self.dep.carrier(st.p, st.rld).cancel(flow)
+            st.rld.inbound_tokens -= req.input_tokens
+            self._transfer_done(req)
+        st.rld = None                           # `_relay_has_prompt` finds it gone
+        flow = st.ids_flow
+        if flow is not None and not flow.done and st.md_busy:
+            self.wan.cancel(flow)
+            st.md_busy = False
+        self._let_go(req)
+
     def _end(self, req: Request) -> None:
         """However a request ends, what it no longer needs is let go: a request that ends before
         its final handoff ended on the RLD, and its WAN transfer is cancelled (bandwidth freed)."""
         st = req.state
+        if st is not None and st.rld is not None and not st.final:
+            req.relay_tokens = req.tokens_out
+            req.pipeline = Route.P_RLD
+        if req.finish_s is None:                # not let go already (`abandon`)
+            self._let_go(req)
+        super()._end(req)
+
+    def _let_go(self, req: Request) -> None:
+        st = req.state
         if st is not None:
-            if st.rld is not None and not st.final:
-                req.relay_tokens = req.tokens_out
-                req.pipeline = Route.P_RLD
             flow = st.wan_flow
             if flow is not None and not flow.done:
                 self.wan.cancel(flow)
@@ -204,4 +237,3 @@ class PDD(Disaggregated):
             else:                               # IDs in flight or an extend running: it drains
                 st.leftover = True
                 self.leftovers += 1
-        super()._end(req)

@@ -18,6 +18,7 @@ class Pipeline:
         self.tracer = None                   # a timeline told of every transfer, when one is kept
         self.leftovers = 0                   # work of ended requests still running (it drains)
         self._drained = None
+        self.faults = None                   # the run's FaultInjector, when faults are configured
 
     def leftover_done(self) -> None:
         """One piece of an ended request's work has let go of what it held."""
@@ -58,6 +59,17 @@ class Pipeline:
         req.failed = f"{inst.name}: {reason}"
         self._end(req)
 
+    def give_up(self, req: Request, reason: str) -> None:
+        """End a request that cannot go on (a fault): what its attempt holds is let go, and it
+        fails with `reason`."""
+        self.abandon(req)
+        req.failed = reason
+        self._end(req)
+
+    def abandon(self, req: Request) -> None:
+        """Let go of whatever the request's attempt holds outside the instance it is on: nothing
+        in a pipeline that keeps no transfers."""
+
     def _end(self, req: Request) -> None:
         req.finish_s = self.env.now
         req.close_stages(self.env.now)
@@ -86,7 +98,19 @@ class Disaggregated(Pipeline):
 
     def prefill_done(self, req: Request, p) -> None:
         d = self.routers["decode"].pick(self.dep.pools["decode"], req)
-        self.ship_kv(req, p, d, lambda: self._kv_arrived(req, p, d), streams=True)
+        req.state = (p, d, self.ship_kv(req, p, d, lambda: self._kv_arrived(req, p, d), streams=True))
+
+    def abandon(self, req: Request) -> None:
+        """A prompt's KV on its way: the transfer is cancelled, the prefill side frees it."""
+        if req.state is None:
+            return
+        p, d, flow = req.state
+        req.state = None                     # its delivery, if under way, finds it abandoned
+        if not flow.done:
+            self.dep.carrier(p, d).cancel(flow)
+            if p.cluster == d.cluster:
+                d.inbound_tokens -= req.input_tokens
+        p.release(req)
 
     def ship_kv(self, req: Request, src, dst, on_arrival, *, streams: bool) -> object:
         """Send the prompt KV that `dst` lacks (a decode-side cache holds the rest). `streams`:
@@ -114,6 +138,9 @@ class Disaggregated(Pipeline):
         return self.send(src, dst, nbytes, landed, req, "prompt KV")
 
     def _kv_arrived(self, req: Request, p, d) -> None:
+        if req.state is None:                # abandoned (a fault) while its last bytes flew
+            return
+        req.state = None
         p.release(req)
         self.kv_landed(req, d)
         self.start_decode(req, d)

@@ -1,0 +1,163 @@
+"""Faults in a scenario (`faults:`): link outages and degradations, what they do to transfers and
+requests, how a run that cannot progress ends, and PDD's degraded mode. Small deployments with
+exact iteration times (tests/conftest.py) so delays can be checked to the second."""
+import numpy as np
+import pytest
+import simpy
+from conftest import config, workload
+
+from pddsim import cli
+from pddsim.config import from_dict
+from pddsim.engine.network import Fabric, Link
+from pddsim.sim import simulate
+
+PDD_ROLES = (("prefill", 1), ("relay", 1), ("decode", 1))
+PD_ROLES = (("prefill", 1), ("decode", 1))
+
+
+def _with_faults(cfg, faults: dict):
+    raw = cfg.model_dump()
+    raw["faults"] = faults
+    return from_dict(raw, "test")
+
+
+def _poisson(n=40, rate=2.0, seed=1):
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1 / rate, n))
+    return workload(*[(float(a), int(i), int(o)) for a, i, o in
+                      zip(t, rng.integers(200, 4000, n), rng.integers(5, 200, n))])
+
+
+# ---- the link ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["link", "fabric"])
+def test_a_lone_transfer_is_delayed_by_exactly_the_outage(kind):
+    env = simpy.Environment()
+    if kind == "link":
+        carrier = Link(env, "l", 100.0, 0.5)
+        send = lambda: carrier.send(1000, lambda: done.append(env.now))   # noqa: E731
+    else:
+        carrier = Fabric(env, "f", 0.5)
+        carrier.attach("a", 100.0)
+        carrier.attach("b", 100.0)
+        send = lambda: carrier.send("a", "b", 1000, lambda: done.append(env.now))   # noqa: E731
+    done: list[float] = []
+    send()
+
+    def outage():
+        yield env.timeout(3.0)
+        carrier.set_scale(0.0)
+        yield env.timeout(7.0)
+        carrier.set_scale(1.0)
+
+    env.process(outage())
+    env.run()
+    assert done == [pytest.approx(10.0 + 7.0 + 0.5, rel=1e-12)]
+    assert carrier.bytes_carried == pytest.approx(1000)
+
+
+def test_a_degraded_link_runs_at_its_factor():
+    env = simpy.Environment()
+    link = Link(env, "l", 100.0, 0.0)
+    done = []
+    link.send(1000, lambda: done.append(env.now))
+    link.set_scale(0.25)
+    env.run()
+    assert done == [pytest.approx(40.0)]
+
+
+# ---- scenarios --------------------------------------------------------------------------------
+
+def _compare(a, b):
+    """Two runs' per-request outcomes agree (to float rounding: a fault that changes nothing
+    still reschedules the link's timers)."""
+    assert list(a.requests.status) == list(b.requests.status)
+    for col in ("ttft_s", "e2e_s", "tokens_out", "wan_bytes"):
+        np.testing.assert_allclose(a.requests[col], b.requests[col], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("event", [
+    {"kind": "link_down", "link": "wan", "start_s": 5.0, "duration_s": 0.0},
+    {"kind": "link_degrade", "link": "wan", "factor": 1.0, "start_s": 3.0, "duration_s": 10.0},
+    {"kind": "link_degrade", "link": "rdma:a", "factor": 1.0, "start_s": 3.0, "duration_s": 10.0},
+])
+def test_a_fault_that_changes_nothing_changes_no_result(tmp_path, event):
+    cfg = config(tmp_path, roles=PDD_ROLES, two_clusters=True,
+                 wan={"bandwidth_gbps": 10, "rtt_ms": 20, "background": {"mean": 0.3, "std": 0.1}})
+    w = _poisson()
+    base = simulate(cfg, w, seed=1)
+    faulted = simulate(_with_faults(cfg, {"events": [event]}), w, seed=1)
+    _compare(base, faulted)
+    assert faulted.summary["availability_wan"] == 1.0
+
+
+def test_a_wan_outage_delays_a_lone_cross_dc_request_by_the_outage(tmp_path):
+    cfg = config(tmp_path, roles=PD_ROLES, two_clusters=True)
+    w = workload((0.0, 8000, 10))
+    base = simulate(cfg, w, seed=0).requests.iloc[0]
+    # the prompt's KV (8000 x 320 KB) takes ~2 s over 10 Gbps: the line drops 1 s into it
+    start = base.ttft_s - base.ttft_kv_wan_s + 1.0
+    out = simulate(_with_faults(cfg, {"events": [
+        {"kind": "link_down", "link": "wan", "start_s": start, "duration_s": 30.0}]}), w, seed=0)
+    r = out.requests.iloc[0]
+    assert r.ttft_s == pytest.approx(base.ttft_s + 30.0, rel=1e-9)
+    assert r.ttft_kv_wan_s == pytest.approx(base.ttft_kv_wan_s + 30.0, rel=1e-9)
+    assert out.summary["availability_wan"] == pytest.approx(1 - 30.0 / out.summary["sim_duration_s"])
+
+
+@pytest.mark.parametrize("roles,background", [(PD_ROLES, None), (PDD_ROLES, {"mean": 0.3, "std": 0.1})])
+def test_a_line_that_never_comes_back_ends_the_run_with_stalled_requests(tmp_path, roles, background):
+    cfg = config(tmp_path, roles=roles, two_clusters=True,
+                 wan={"bandwidth_gbps": 10, "rtt_ms": 20, "background": background},
+                 pdd={"path_policy": "never_relay"})
+    w = _poisson()
+    out = simulate(_with_faults(cfg, {"degraded": "wait", "events": [
+        {"kind": "link_down", "link": "wan", "start_s": 5.0, "duration_s": None}]}), w, seed=0,
+        check_invariants=True)
+    df = out.requests
+    assert sorted(df.request) == list(range(len(w)))          # every request ended, once
+    stalled = df[df.status == "failed"]
+    assert len(stalled) > 0 and (stalled.failure == "stalled").all()
+    done = df[df.status == "completed"]
+    assert (stalled.finish_s > 5.0).all() and (done.arrival_s + done.ttft_s < 5.1).all()
+    assert out.summary["failed_stalled"] == len(stalled)
+    assert out.summary["requests_failed"] == len(stalled)
+
+
+def test_pdd_in_degraded_mode_finishes_new_requests_on_the_relay(tmp_path):
+    cfg = config(tmp_path, roles=PDD_ROLES, two_clusters=True, pdd={"path_policy": "never_relay"})
+    w = _poisson(n=60)
+    outage = {"kind": "link_down", "link": "wan", "start_s": 5.0, "duration_s": 10.0}
+    relay = simulate(_with_faults(cfg, {"degraded": "finish_on_relay", "events": [outage]}), w,
+                     seed=0, check_invariants=True).requests
+    wait = simulate(_with_faults(cfg, {"degraded": "wait", "events": [outage]}), w, seed=0,
+                    check_invariants=True).requests
+    assert (relay.status == "completed").all() and (wait.status == "completed").all()
+    during = (relay.arrival_s > 5.5) & (relay.arrival_s < 14.0)
+    assert (relay[during].pipeline == "p_rld").all()
+    assert (wait[during].pipeline == "p_md").all()
+    # waiting for the line costs the requests that arrive during the outage; the RLD serves them now
+    assert relay[during].ttft_s.max() < 2.0 < wait[during].ttft_s.min()
+
+
+@pytest.mark.parametrize("faults,field", [
+    ({"events": [{"kind": "link_down", "link": "wan2", "start_s": 0, "duration_s": 1}]},
+     "faults.events.0.link: no link 'wan2'"),
+    ({"events": [{"kind": "link_down", "link": "wan", "factor": 0.5, "start_s": 0,
+                  "duration_s": 1}]}, "faults.events.0.link_down"),
+    ({"events": [{"kind": "instance_down", "instance": "a/decode9", "start_s": 0,
+                  "duration_s": 1}]}, "faults.events.0.instance: no instance 'a/decode9'"),
+    ({"events": [{"kind": "link_down", "link": "wan", "start_s": -1, "duration_s": 1}]},
+     "faults.events.0.link_down.start_s"),
+    ({"random": [{"role": "colocated", "mtbf_s": 10, "mttr_s": 1}]}, "faults.random.0.role"),
+    ({"max_retries": -1}, "faults.max_retries"),
+])
+def test_a_bad_faults_section_is_one_line_naming_the_field(tmp_path, capsys, faults, field):
+    import yaml
+    raw = config(tmp_path, roles=PDD_ROLES, two_clusters=True).model_dump(exclude={"base_dir"})
+    raw["faults"] = faults
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert cli.main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and field in err, err
