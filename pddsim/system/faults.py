@@ -11,7 +11,7 @@ from collections import Counter
 
 import numpy as np
 
-from pddsim.config import Faults, InstanceFault, LinkFault
+from pddsim.config import Faults, LinkFault
 from pddsim.system.deployment import Deployment
 
 STALLED = "stalled"              # could make no more progress (a line or pool that never came back)
