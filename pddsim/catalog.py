@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
+from typing import Annotated
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, NonNegativeFloat, model_validator
 
 from pddsim.errors import InputError
 from pddsim.schema import M, Strict
@@ -75,6 +76,16 @@ class ModelSpec(Strict, frozen=True):
         return (self.active_params_b - self.shared_params_b) / (self.params_b - self.shared_params_b)
 
 
+def _known_gpu(name: str) -> str:
+    if name not in gpus():
+        raise ValueError(f"unknown GPU {name!r}; known: {', '.join(sorted(gpus()))}")
+    return name
+
+
+# one host figure for every GPU, or one per GPU (the launch cost is its server's host CPU's)
+HostLaunchUs = NonNegativeFloat | dict[Annotated[str, AfterValidator(_known_gpu)], NonNegativeFloat]
+
+
 class EngineProfile(Strict, frozen=True):
     """How close a serving engine gets to the hardware, per operation, and what it adds per
     iteration (data/engines.yaml says where each default comes from)."""
@@ -88,6 +99,21 @@ class EngineProfile(Strict, frozen=True):
     overhead_ms: float = Field(ge=0, description="per-iteration CPU/scheduling cost")
     allreduce_base_us: float = Field(ge=0, description="fixed latency of one all-reduce")
     allreduce_step_us: float = Field(ge=0, description="latency of one ring step (n GPUs: 2(n-1))")
+    host_layer_us: HostLaunchUs = Field(
+        0.0, description="host time to launch one layer's kernels, us (eager engines; 0 when "
+        "graph-captured): one figure, or one per GPU")
+    fitted_to: str = Field("", description="the measured source the constants are fitted to (a "
+                           "prefix of its `source` column); empty: not fitted")
+
+    def host_layer_s(self, gpu: str) -> float:
+        """Host launch time per layer on `gpu`'s server; a per-GPU figure must name that GPU."""
+        if not isinstance(self.host_layer_us, dict):
+            return self.host_layer_us / 1e6
+        if gpu not in self.host_layer_us:
+            raise InputError(f"engine profile {self.name!r} has no host_layer_us for GPU {gpu!r} "
+                             f"(it has {', '.join(sorted(self.host_layer_us))}); set "
+                             "perf.host_layer_us")
+        return self.host_layer_us[gpu] / 1e6
 
 
 def _load(filename: str, spec: type[M]) -> dict[str, M]:

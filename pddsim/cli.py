@@ -283,8 +283,9 @@ def cmd_bench_perf(args) -> int:
     from pddsim.experiments.perf_bench import compare, format_report, read_measured, roofline_of, summarise
     measured = read_measured(Path(args.against))
     names = args.profile or sorted(catalog.engines())
-    predictors = {f"roofline/{n}": roofline_of(catalog.engine(n)) for n in names}
-    cases = compare(measured, predictors)
+    profiles = {f"roofline/{n}": catalog.engine(n) for n in names}
+    cases = compare(measured, {k: roofline_of(p) for k, p in profiles.items()},
+                    {k: p.fitted_to for k, p in profiles.items()})
     if args.cases:
         cases.to_csv(args.cases, index=False)
     summary = summarise(cases)

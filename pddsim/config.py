@@ -83,6 +83,8 @@ class Perf(Strict):
     overhead_ms: float | None = Field(None, ge=0, description="override: per-iteration cost")
     allreduce_base_us: float | None = Field(None, ge=0, description="override: all-reduce latency")
     allreduce_step_us: float | None = Field(None, ge=0, description="override: per ring step")
+    host_layer_us: catalog.HostLaunchUs | None = Field(
+        None, description="override: host launch time per layer, us (one figure or one per GPU)")
     table: str | None = Field(None, description="CSV of measured iteration times (kind: table)")
 
     @model_validator(mode="after")

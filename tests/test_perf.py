@@ -240,3 +240,57 @@ def test_decode_run_cut_is_the_binary_search_over_prefix_sums():
         ends = [run.elapsed(m) for m in (1, run.k // 2 or 1, run.k)]
         for t in [0.0, *ends, *rng.uniform(0, run.total_s * 1.1, 4)]:
             assert run.cut(t) == searched(run, t)
+
+
+def test_host_launch_floor_by_hand():
+    """80 layers x 100 us of launches = 8 ms of host time: a batch-1 decode on 8 H100s reads
+    141.2 GB of weights in 5.27 ms, so the host paces it (8 ms + the 2 ms overhead); a 16k-token
+    prefill (GPU work ~ 2.4 s) does not notice the floor."""
+    eager = roofline(8, overhead_ms=2, host_layer_us=100)
+    graph = roofline(8, overhead_ms=2)
+    payload = 160 * 2 * 7 / 8 * 8192 * 2 / 360e9           # two all-reduces a layer, one token
+    assert graph.iteration(1, 0, 0) == pytest.approx(141.2e9 / HBM8 + payload + 2e-3)
+    assert eager.iteration(1, 0, 0) == pytest.approx(80 * 100e-6 + 2e-3)
+    assert eager.iteration(16384, 16384 * 8192, 0) == graph.iteration(16384, 16384 * 8192, 0)
+    # the floor does not shrink with TP: on 2 GPUs the 21 ms weight read is above it
+    assert roofline(2, overhead_ms=2, host_layer_us=100).iteration(1, 0, 0) == pytest.approx(
+        141.2e9 / (2 * 3.35e12) + 160 * 8192 * 2 / 360e9 + 2e-3)
+    vector = eager.iterations(np.array([1, 16384]), np.array([0, 16384 * 8192]), np.array([0, 0]))
+    assert vector.tolist() == [eager.iteration(1, 0, 0), eager.iteration(16384, 16384 * 8192, 0)]
+
+
+def test_host_launch_figure_per_gpu():
+    from pddsim.errors import InputError
+    per_gpu = {"h100-sxm": 100.0, "a100-80gb": 300.0}
+    assert roofline(8, host_layer_us=per_gpu).iteration(1, 0, 0) == pytest.approx(80 * 100e-6)
+    a100 = catalog.gpu("a100-80gb")
+    assert roofline(8, gpu=a100, host_layer_us=per_gpu).iteration(1, 0, 0) == pytest.approx(80 * 300e-6)
+    with pytest.raises(InputError, match="no host_layer_us for GPU 'h200'"):
+        roofline(8, gpu=catalog.gpu("h200"), host_layer_us=per_gpu)
+    with pytest.raises(ValueError, match="unknown GPU 'h100'"):
+        catalog.EngineProfile(**{**IDEAL.model_dump(), "host_layer_us": {"h100": 5}})
+
+
+def test_a_zero_floor_changes_nothing_and_a_floored_run_matches_its_iterations():
+    """host_layer_us 0 gives the very same numbers as before (the paper's graph-captured profile
+    relies on it); with a floor, a decode run whose first iterations are host-bound and later ones
+    GPU-bound (contexts grow) sums, cuts and peaks as its single iterations do."""
+    base = roofline(8, overhead_ms=2, allreduce_base_us=8, allreduce_step_us=1)
+    zero = roofline(8, overhead_ms=2, allreduce_base_us=8, allreduce_step_us=1, host_layer_us=0)
+    assert zero.iteration(7, 7 * 900, 900) == base.iteration(7, 7 * 900, 900)
+    assert type(zero.decode_run(4, 4000, 50)) is LinearRun
+    for host_us, n, ctx, k, held in ((97, 64, 64 * 2000, 400, "some"), (500, 1, 0, 30, "all"),
+                                     (1, 1, 0, 5, "none")):
+        p = roofline(8, overhead_ms=2, host_layer_us=host_us)
+        run = p.decode_run(n, ctx, k)
+        singles = np.array([p.iteration(n, ctx + n * i, ctx + n * i, ctx + n * i) for i in range(k)])
+        on_floor = int((singles == p.floor_s).sum())
+        assert {"none": on_floor == 0, "all": on_floor == k, "some": 0 < on_floor < k}[held]
+        for m in range(k + 1):
+            assert run.elapsed(m) == pytest.approx(singles[:m].sum(), abs=1e-12)
+        assert run.first_s == pytest.approx(singles[0]) and run.longest(k) == pytest.approx(singles.max())
+        cum = np.cumsum(singles)
+        for t in [0.0, *cum[[0, k // 2, -1]], *np.linspace(0, cum[-1] * 1.1, 37)]:
+            m = run.cut(t)
+            assert run.elapsed(m) >= t or m == k
+            assert m == 1 or run.elapsed(m - 1) < t

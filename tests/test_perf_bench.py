@@ -21,6 +21,14 @@ def test_profile_fields_override_one_by_one():
     assert Perf().engine() == catalog.engine(DEFAULT_ENGINE)
 
 
+def test_host_launch_override_is_one_figure_or_one_per_known_gpu():
+    assert Perf(profile="splitwise-2023", host_layer_us=50).engine().host_layer_s("h200") == 50e-6
+    per_gpu = Perf(profile="modern-fp8", host_layer_us={"a100-80gb": 300}).engine()
+    assert per_gpu.host_layer_s("a100-80gb") == 300e-6
+    with pytest.raises(ValueError, match="unknown GPU 'a100'"):
+        Perf(host_layer_us={"a100": 300})
+
+
 def test_unknown_profile_is_a_field_error():
     with pytest.raises(ValueError, match="unknown engine profile 'nope'"):
         Perf(profile="nope")
@@ -53,10 +61,14 @@ def test_report_reproduces_hand_computed_errors(tmp_path):
         f"llama-3.1-70b,h100-sxm,2,16,{16 * 2000},{16 * 2000},{decode_ms / 0.8},b"])
     df = read_measured(path)
     assert list(df["kind"]) == ["prefill", "decode"]
-    summary = summarise(compare(df, {"m": roofline_of(engine)}))["m"]
+    summary = summarise(compare(df, {"m": roofline_of(engine)}, {"m": "b"}))["m"]
     assert summary["median_abs_err_pct"]["by_kind"] == {"decode": 20.0, "prefill": 20.0}
-    assert summary["median_abs_err_pct"]["by_source"]["b"] == {"all": 20.0, "decode": 20.0}
     assert summary["median_ratio"] == {"decode tp2": 0.8, "prefill tp2": 0.8}
+    assert summary["by_source"] == {
+        "a": {"fit": "held out", "median_abs_err_pct": {"all": 20.0, "prefill": 20.0},
+              "median_ratio": {"prefill tp2": 0.8}},
+        "b": {"fit": "fitted", "median_abs_err_pct": {"all": 20.0, "decode": 20.0},
+              "median_ratio": {"decode tp2": 0.8}}}
 
 
 @pytest.mark.parametrize("row, where", [
@@ -77,6 +89,8 @@ def test_bench_perf_cli(input_error, tmp_path, capsys):
     assert cli.main(["bench", "perf", "--against", str(path), "--json", "--cases", str(cases)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {f"roofline/{n}" for n in catalog.engines()}
+    assert {name: s["by_source"]["x"]["fit"] for name, s in out.items()} == {
+        f"roofline/{n}": "held out" for n in catalog.engines()}
     assert len(cases.read_text().splitlines()) == 1 + 2 * len(catalog.engines())
     bad = measured_file(tmp_path, ["llama-3.1-70b,h100-sxm,8,1,1,1"])
     code = cli.main(["bench", "perf", "--against", str(bad)])

@@ -1,7 +1,8 @@
 """How long one batch iteration takes on an instance.
 
 The roofline model (default) prices an iteration as the larger of its compute time and its HBM time,
-plus tensor-parallel all-reduces and a fixed per-iteration overhead. Weights are read once per
+plus tensor-parallel all-reduces and a fixed per-iteration overhead; an eager engine's GPU work
+cannot go faster than its host launches the kernels (a floor per layer). Weights are read once per
 iteration, so a small prefill chunk pays the same weight read as a large one: that is what makes
 unbatched tail chunks expensive. Every running request's KV is read too, so decode slows as contexts
 grow. The table model replaces the roofline by measured iteration times interpolated from a CSV.
@@ -67,6 +68,15 @@ class Roofline:
                                  * model.hidden_size * ACT_BYTES / (gpu.allreduce_bus_gbps * 1e9))
         latency_s = (engine.allreduce_base_us + engine.allreduce_step_us * 2 * (tp - 1)) / 1e6
         self.fixed_s = engine.overhead_ms / 1e3 + (0.0 if tp == 1 else allreduces * latency_s)
+        # An eager engine's host launches every kernel of a layer one by one while the GPU runs
+        # them asynchronously: the slower of the two paces each layer, and the layers are alike,
+        # so the GPU work (all-reduces included) cannot take less than layers x the host's launch
+        # time. Each TP worker launches the same kernels on its own CPU core: the floor does not
+        # shrink with TP. The per-iteration overhead (scheduling, input preparation, sampling)
+        # runs before the launches and adds to either. 0: no floor (graph-captured engines
+        # launch one graph per iteration), and no cost.
+        host_s = engine.host_layer_s(gpu.name) * model.layers
+        self.floor_s = host_s + engine.overhead_ms / 1e3 if host_s else 0.0
 
     @classmethod
     def from_config(cls, model: ModelSpec, gpu: GpuSpec, tp: int, perf: Perf,
@@ -87,7 +97,8 @@ class Roofline:
         compute = (tokens * self.s_per_token + (attn_pairs - decode_pairs) * self.s_per_prefill_pair
                    + decode_pairs * self.s_per_decode_pair)
         memory = self.weights_read_s(tokens) + kv_tokens_read * self.s_per_kv_token
-        return max(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
+        t = max(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
+        return t if t >= self.floor_s else self.floor_s
 
     def iterations(self, tokens: np.ndarray, attn_pairs: np.ndarray,
                    kv_tokens_read: np.ndarray, decode_pairs=0.0) -> np.ndarray:
@@ -97,16 +108,19 @@ class Roofline:
         compute = (tokens * self.s_per_token + (attn_pairs - decode_pairs) * self.s_per_prefill_pair
                    + decode_pairs * self.s_per_decode_pair)
         memory = self.weights_read_s(tokens) + np.asarray(kv_tokens_read) * self.s_per_kv_token
-        return np.maximum(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
+        t = np.maximum(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
+        return np.maximum(t, self.floor_s) if self.floor_s else t
 
-    def decode_run(self, n: int, context: int, k: int) -> LinearRun:
+    def decode_run(self, n: int, context: int, k: int) -> LinearRun | FlooredRun:
         """k decode iterations of n requests holding `context` KV tokens at the first, growing by
-        n tokens an iteration: both roofline terms are linear in the iteration index."""
+        n tokens an iteration: both roofline terms are linear in the iteration index, and the
+        host floor, when it binds, binds the first iterations (the terms only grow)."""
         compute = LinearTerm(n * self.s_per_token + context * self.s_per_decode_pair,
                              n * self.s_per_decode_pair)
         memory = LinearTerm(self.weights_read_s(n) + context * self.s_per_kv_token,
                             n * self.s_per_kv_token)
-        return LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s, k)
+        run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s, k)
+        return FlooredRun(run, self.floor_s) if run.first_s < self.floor_s else run
 
 
 class MeasuredTable:
@@ -281,6 +295,51 @@ class LinearRun:
             m = s + _quadratic_root(late.a + late.b * s + self.fixed, late.b,
                                     max(t - self.elapsed(s), 0.0) if s else t)
         return max(ceil(min(m, self.k)), 1)
+
+
+class FlooredRun:
+    """A run whose iterations take at least `floor` each: t(i) = max(run.at(i), floor). The run's
+    times only grow, so the floor holds the first `held` iterations and the run the rest."""
+
+    __slots__ = ("run", "floor", "held", "k", "first_s", "total_s")
+
+    def __init__(self, run: LinearRun, floor: float):
+        self.run, self.floor, self.k = run, floor, run.k
+        lo, hi = 0, run.k                       # held: the first i with run.at(i) >= floor
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if run.at(mid) >= floor:
+                hi = mid
+            else:
+                lo = mid + 1
+        self.held = lo
+        self.first_s = self.at(0)
+        self.total_s = self.elapsed(run.k)
+
+    def at(self, i: int) -> float:
+        return self.floor if i < self.held else self.run.at(i)
+
+    def elapsed(self, m: int) -> float:
+        """Time of the first m iterations."""
+        j = min(m, self.held)
+        return j * self.floor + (self.run.elapsed(m) - self.run.elapsed(j) if m > j else 0.0)
+
+    def longest(self, m: int) -> float:
+        return self.at(m - 1)
+
+    def cut(self, t: float) -> int:
+        """The smallest m in [1, k] with elapsed(m) >= t (k if none): a guess from the floor or
+        from the run's own cut, then corrected on the exact prefix sums."""
+        if t <= self.held * self.floor:
+            m = ceil(t / self.floor)
+        else:
+            m = self.run.cut(t - self.held * self.floor + self.run.elapsed(self.held))
+        m = min(max(m, 1), self.k)
+        while m < self.k and self.elapsed(m) < t:
+            m += 1
+        while m > 1 and self.elapsed(m - 1) >= t:
+            m -= 1
+        return m
 
 
 def _quadratic_root(a: float, b: float, t: float) -> float:

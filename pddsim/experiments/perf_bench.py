@@ -4,8 +4,9 @@ The measured file has one row per timed iteration: `model,gpu,tp,tokens,attn_pai
 time_ms,source` (a decode iteration is one whose tokens each attend to their own context, so
 `attn_pairs == kv_tokens`; anything else is a prefill). Each row is predicted by the roofline under
 every engine profile (and by a measured table, when given), and the report gives the median
-absolute error by kind, by TP and by source, and the median predicted/measured ratio by kind and TP
-(a ratio drifting with TP means a cost that does not scale like the model assumes).
+absolute error by kind and TP, and the median predicted/measured ratio by kind and TP (a ratio
+drifting with TP means a cost that does not scale like the model assumes), pooled and per source;
+each source is marked as the one the profile was fitted to or as held out.
 """
 from __future__ import annotations
 
@@ -71,8 +72,10 @@ def roofline_of(profile: catalog.EngineProfile):
     return lambda model, gpu, tp: Roofline(catalog.model(model), catalog.gpu(gpu), tp, profile)
 
 
-def compare(df: pd.DataFrame, predictors: dict) -> pd.DataFrame:
-    """One row per measured point and predictor: predicted, ratio and absolute % error."""
+def compare(df: pd.DataFrame, predictors: dict, fitted_to: dict[str, str] | None = None) -> pd.DataFrame:
+    """One row per measured point and predictor: predicted, ratio, absolute % error, and whether
+    the point's source is the one the predictor was fitted to (`fitted_to`: predictor -> source
+    prefix) or held out from its fit."""
     parts = []
     for name, perf_model_of in predictors.items():
         part = df.copy()
@@ -80,13 +83,23 @@ def compare(df: pd.DataFrame, predictors: dict) -> pd.DataFrame:
         part["predicted_ms"] = predict(df, perf_model_of)
         part["ratio"] = part["predicted_ms"] / part["time_ms"]
         part["abs_err_pct"] = 100 * (part["ratio"] - 1).abs()
+        prefix = (fitted_to or {}).get(name, "")
+        part["fit"] = np.where(part["source"].str.startswith(prefix) if prefix else False,
+                               "fitted", "held out")
         parts.append(part)
     return pd.concat(parts, ignore_index=True)
 
 
+def _ratios(part: pd.DataFrame) -> dict:
+    """Median predicted/measured by kind and TP (a ratio drifting with TP is a mis-scaled cost)."""
+    return {f"{kind} tp{int(tp)}": round(float(v), 2)
+            for (kind, tp), v in part.groupby(["kind", "tp"])["ratio"].median().items()}
+
+
 def summarise(cases: pd.DataFrame) -> dict:
-    """Median absolute % error by kind, TP and source, and the median ratio by kind and TP, per
-    predictor."""
+    """Per predictor: median absolute % error by kind and TP, the median ratio by kind and TP
+    pooled over every source, and both again per source, marked fitted or held out (a
+    predictor's figures on the source it was fitted to are no evidence of its accuracy)."""
     out = {}
     for name, part in cases.groupby("predictor", sort=False):
         out[name] = {
@@ -94,25 +107,30 @@ def summarise(cases: pd.DataFrame) -> dict:
             "median_abs_err_pct": {
                 "by_kind": part.groupby("kind")["abs_err_pct"].median().round(1).to_dict(),
                 "by_tp": {int(k): v for k, v in
-                          part.groupby("tp")["abs_err_pct"].median().round(1).items()},
-                "by_source": {src: {"all": round(float(g["abs_err_pct"].median()), 1),
-                                    **g.groupby("kind")["abs_err_pct"].median().round(1).to_dict()}
-                              for src, g in part.groupby("source")}},
-            "median_ratio": {f"{kind} tp{int(tp)}": round(float(v), 2) for (kind, tp), v in
-                             part.groupby(["kind", "tp"])["ratio"].median().items()},
+                          part.groupby("tp")["abs_err_pct"].median().round(1).items()}},
+            "median_ratio": _ratios(part),
+            "by_source": {src: {"fit": g["fit"].iloc[0],
+                                "median_abs_err_pct": {
+                                    "all": round(float(g["abs_err_pct"].median()), 1),
+                                    **g.groupby("kind")["abs_err_pct"].median().round(1).to_dict()},
+                                "median_ratio": _ratios(g)}
+                          for src, g in part.groupby("source")},
         }
     return out
 
 
 def format_report(summary: dict) -> str:
+    def listed(d, fmt):
+        return ", ".join(f"{k} {fmt.format(v)}" for k, v in d.items())
+
     lines = []
     for name, s in summary.items():
         err = s["median_abs_err_pct"]
-        lines.append(f"{name} ({s['cases']} cases): median |error| "
-                     + ", ".join(f"{k} {v:.1f}%" for k, v in err["by_kind"].items()))
-        lines.append("  by TP: " + ", ".join(f"tp{k} {v:.1f}%" for k, v in err["by_tp"].items()))
-        for src, v in err["by_source"].items():
-            lines.append(f"  {src}: " + ", ".join(f"{k} {e:.1f}%" for k, e in v.items()))
-        lines.append("  predicted/measured: " + ", ".join(f"{k} {v:.2f}"
-                                                         for k, v in s["median_ratio"].items()))
+        lines.append(f"{name} ({s['cases']} cases): median |error| {listed(err['by_kind'], '{:.1f}%')}")
+        lines.append("  by TP: " + listed({f"tp{k}": v for k, v in err["by_tp"].items()}, "{:.1f}%"))
+        lines.append("  predicted/measured, pooled: " + listed(s["median_ratio"], "{:.2f}"))
+        for src, v in s["by_source"].items():
+            lines.append(f"  {src} ({v['fit']}): median |error| "
+                         + listed(v["median_abs_err_pct"], "{:.1f}%"))
+            lines.append("    predicted/measured: " + listed(v["median_ratio"], "{:.2f}"))
     return "\n".join(lines)
