@@ -468,8 +468,6 @@ class Config(Strict):
         names = self.instance_names()
         for i, ev in enumerate(faults.events):
             where = f"faults.events.{i}"
-            if isinstance(ev, InstanceFault):
-                raise ValueError(f"{where}: instance_down is not modelled yet")
             if isinstance(ev, LinkFault) and ev.link not in links:
                 raise ValueError(f"{where}.link: no link {ev.link!r}; known: {', '.join(sorted(links))}")
             if isinstance(ev, InstanceFault):
@@ -478,8 +476,10 @@ class Config(Strict):
                                      f"{', '.join(n for p in names.values() for n in p)}")
                 if ev.role is not None and f"{ev.cluster}/{ev.role}" not in names:
                     raise ValueError(f"{where}: cluster {ev.cluster!r} has no {ev.role} instances")
-        if faults.random:
-            raise ValueError("faults.random: random instance failures are not modelled yet")
+        roles = {g.role for c in self.clusters.values() for g in c.instances}
+        for i, rf in enumerate(faults.random):
+            if rf.role not in roles:
+                raise ValueError(f"faults.random.{i}.role: no {rf.role} instances")
 
     def resolve(self, path: str) -> Path:
         p = Path(path)

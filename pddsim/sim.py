@@ -104,12 +104,11 @@ def load_workload(cfg: Config) -> Workload:
     return workload
 
 
-def run_through_faults(env, pipeline, replay: Replay, in_flight: dict[int, Request]) -> None:
+def run_through_faults(env, daemons, pipeline, replay: Replay,
+                       in_flight: dict[int, Request]) -> None:
     """Run to the end with faults: when nothing but periodic processes is left (a transfer on a
     line that never comes back, a pool that never restarts), the requests still in flight fail as
     `stalled` and the run goes on (a closed loop issues the turns that follow them)."""
-    daemons = pipeline.dep.daemons
-
     def run_until(until) -> bool:
         """Run until `until`; False if the run got stuck first."""
         daemons.stuck = env.event()
@@ -174,11 +173,12 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     sampler = Sampler(env, all_instances, pipeline.dep.links, period_s, pipeline.dep.daemons,
                       timeline) if period_s > 0 else None
     faults = None if cfg.faults is None else FaultInjector(
-        env, cfg.faults, pipeline.dep, pipeline, np.random.default_rng([seed, 5]))
+        env, cfg.faults, pipeline.dep, pipeline, np.random.default_rng([seed, 5]), in_flight)
+    dispatch = pipeline.dispatch if faults is None else faults.dispatch
 
     def issue(idx: int) -> None:
         req = in_flight[idx] = Request(idx, reqs[idx], env.now, log=timeline is not None)
-        pipeline.dispatch(req)
+        dispatch(req)
 
     replay = Replay(env, workload, cfg.workload, np.random.default_rng([seed, 3]), issue)
     replay.start()
@@ -186,7 +186,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         env.run(until=replay.all_ended)
         env.run(until=pipeline.drained())
     else:
-        run_through_faults(env, pipeline, replay, in_flight)
+        run_through_faults(env, pipeline.dep.daemons, pipeline, replay, in_flight)
     if checks is not None:
         checks.at_end(in_flight)
     df = recorder.frame(cfg.slo)

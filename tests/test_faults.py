@@ -161,3 +161,90 @@ def test_a_bad_faults_section_is_one_line_naming_the_field(tmp_path, capsys, fau
     assert cli.main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and field in err, err
+
+
+# ---- instances --------------------------------------------------------------------------------
+
+def _down(instance, start, duration):
+    return {"kind": "instance_down", "instance": instance, "start_s": start, "duration_s": duration}
+
+
+@pytest.mark.parametrize("roles,two,decoder", [(PD_ROLES, False, "a/decode0"),
+                                                (PD_ROLES, True, "b/decode0"),
+                                                (PDD_ROLES, True, "b/decode0"),
+                                                ((("colocated", 1),), False, "a/colocated0")])
+def test_a_request_on_a_dying_instance_is_sent_again_and_completes(tmp_path, roles, two, decoder):
+    cfg = config(tmp_path, roles=roles, two_clusters=two, pdd={"path_policy": "never_relay"})
+    w = workload((0.0, 2000, 400))
+    base = simulate(cfg, w, seed=0)
+    t = base.requests.finish_s[0] - 1.0                      # it is decoding then
+    out = simulate(_with_faults(cfg, {"events": [_down(decoder, t, 5.0)]}), w, seed=0,
+                   check_invariants=True)
+    r = out.requests.iloc[0]
+    assert r.status == "completed" and r.tokens_out == 400
+    if roles == PDD_ROLES:                       # started over at once: the RLD finished it
+        assert r.pipeline == "p_rld" and r.finish_s > t
+    else:                                        # it waited for the restart, then started over
+        assert r.finish_s > t + 5.0
+    assert out.summary["requests_retried"] == 1 and out.summary["retries"] == 1
+    role = decoder.split("/")[1].rstrip("0")
+    dur = out.summary["sim_duration_s"]
+    assert out.summary[f"availability_{role}"] == pytest.approx(1 - min(5.0, dur - t) / dur)
+
+
+def test_retries_are_bounded_then_the_request_fails_as_instance_failed(tmp_path):
+    cfg = config(tmp_path, roles=PD_ROLES)
+    w = workload((0.0, 2000, 400), (0.0, 1000, 10))
+    t = simulate(cfg, w, seed=0).requests.finish_s[0] - 1.0
+    events = [_down("a/decode0", t + 2 * i, 1.0) for i in range(3)]   # down three times
+    for retries, status in ((3, "completed"), (2, "failed")):
+        out = simulate(_with_faults(cfg, {"max_retries": retries, "events": events}), w, seed=0,
+                       check_invariants=True)
+        r = out.requests.iloc[0]
+        assert r.status == status
+        assert out.summary["retries"] == min(3, retries)
+        assert out.summary["failed_instance_failed"] == (status == "failed")
+        assert out.requests.iloc[1].status == "completed"
+
+
+def test_a_restarted_instance_has_lost_its_prefix_cache(tmp_path):
+    cfg = config(tmp_path, roles=(("colocated", 1),), prefix_cache={"prefill_tokens": None})
+    chain = list(range(40))
+    w = workload((0.0, 40 * 64, 5, chain, 64), (20.0, 40 * 64, 5, chain, 64))
+    hit = simulate(cfg, w, seed=0).requests.hit_tokens
+    assert hit[1] > 0
+    out = simulate(_with_faults(cfg, {"events": [_down("a/colocated0", 10.0, 1.0)]}), w, seed=0)
+    assert list(out.requests.hit_tokens) == [0, 0]
+    assert out.summary["retries"] == 0                       # it held no request when it died
+
+
+def test_a_stalled_transfer_times_out_and_fails_after_its_retries(tmp_path):
+    cfg = config(tmp_path, roles=PD_ROLES, two_clusters=True)
+    w = workload((0.0, 8000, 10))
+    out = simulate(_with_faults(cfg, {"transfer_timeout_s": 5.0, "max_retries": 2, "events": [
+        {"kind": "link_down", "link": "wan", "start_s": 0.5, "duration_s": 1000.0}]}), w, seed=0,
+        check_invariants=True)
+    r = out.requests.iloc[0]
+    assert r.failure == "transfer_timeout" and out.summary["retries"] == 2
+    assert out.summary["failed_transfer_timeout"] == 1
+    assert r.finish_s < 30.0                      # three attempts of at most 5 s stalled each
+
+
+@pytest.mark.parametrize("roles,two", [(PD_ROLES, False), (PD_ROLES, True), (PDD_ROLES, True),
+                                       ((("colocated", 2),), False)])
+def test_under_random_failures_every_request_ends_exactly_once(tmp_path, roles, two):
+    cfg = config(tmp_path, roles=tuple((r[0], 2) for r in roles), two_clusters=two)
+    random = [{"role": r[0], "mtbf_s": 8.0, "mttr_s": 2.0} for r in roles]
+    w = _poisson(n=80, rate=4.0)
+    out = simulate(_with_faults(cfg, {"random": random, "transfer_timeout_s": 3.0,
+                                      "max_retries": 2}), w, seed=3, check_invariants=True)
+    df = out.requests
+    assert sorted(df.request) == list(range(len(w)))
+    assert out.summary["retries"] > 0
+    failed = df[df.status == "failed"]
+    assert set(failed.failure) <= {"instance_failed", "transfer_timeout", "stalled"}
+    assert sum(out.summary[f"failed_{r}"] for r in ("instance_failed", "transfer_timeout",
+                                                   "stalled", "other")) == len(failed)
+    again = simulate(_with_faults(cfg, {"random": random, "transfer_timeout_s": 3.0,
+                                        "max_retries": 2}), w, seed=3)
+    assert again.requests.equals(df)                          # seeded: the same faults

@@ -1,5 +1,5 @@
 """Property-based: random small deployments (1-3 instances per role, random GPUs, memory small
-enough to force preemption, random WAN) serving random workloads (random lengths, prompts sharing
+enough to force preemption, random WAN, random faults) serving random workloads (random lengths, prompts sharing
 prefixes) keep every invariant (`check_invariants=True`), and every request ends exactly once with
 all its tokens or a failure reason. Example counts are bounded so the suite stays fast; examples that
 once failed are kept below with @example."""
@@ -46,6 +46,18 @@ def deployments(draw):
                                                            "never_relay", "oracle"))),
                       "catch_up_tokens": draw(st.sampled_from((4, 64))),
                       "relay_above_s": draw(st.sampled_from((0.0, 0.5)))}
+    if draw(st.booleans()):     # random failures of one role, maybe a WAN outage, maybe timeouts
+        roles = sorted({g["role"] for c in clusters.values() for g in c["instances"]})
+        raw["faults"] = {"random": [{"role": draw(st.sampled_from(roles)),
+                                     "mtbf_s": draw(st.sampled_from((1.0, 5.0, 20.0))),
+                                     "mttr_s": draw(st.sampled_from((0.5, 3.0)))}],
+                         "transfer_timeout_s": draw(st.sampled_from((None, 2.0))),
+                         "max_retries": draw(st.integers(0, 2)),
+                         "degraded": draw(st.sampled_from(("finish_on_relay", "wait")))}
+        if system == "pdd" and draw(st.booleans()):
+            raw["faults"]["events"] = [{"kind": "link_down", "link": "wan",
+                                        "start_s": draw(st.floats(0, 5)),
+                                        "duration_s": draw(st.sampled_from((1.0, 10.0, None)))}]
     return from_dict(raw, "prop")
 
 
@@ -71,6 +83,10 @@ def test_random_deployments_keep_every_invariant(cfg, w, seed):
     done = df.status == "completed"
     assert (df[done].tokens_out == df[done].output_tokens).all()
     assert (df[~done].failure != "").all()
+    if cfg.faults is not None:      # a fault's failures carry its reason; the engine's its own
+        reasons = df[~done].failure.str.split(": ").str[-1]
+        assert reasons.isin(["instance_failed", "transfer_timeout", "stalled",
+                             "context exceeds the instance's KV memory"]).all()
 
 
 def _fluid_finish_times(starts, sizes, capacity, cap):

@@ -32,10 +32,18 @@ from typing import Callable
 
 import simpy
 
-from pddsim.engine.network import Link
+from pddsim.engine.network import Flow, Link
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.engine.request import Request
 from pddsim.intmath import ceil_div
+
+DOWN = "instance down"                 # the cause of the interrupt that stops a crashed instance
+
+
+def _defuse(process) -> None:
+    """A crashed instance's process ends with its interrupt: that is no error of the run."""
+    process.defused = True
+
 
 QUEUE_STAGE = {"prefill": "prefill_queue", "colocated": "prefill_queue", "relay": "relay_queue",
                "decode": "decode_queue"}
@@ -63,11 +71,22 @@ class Instance:
         self.host_load = host_load
         self.kv_bytes_per_token = kv_bytes_per_token
         self._cache_in_hbm = cache is not None and host_load is None
+        self.hooks = hooks                    # the pipeline: prefill_done / finished / failed
+        self.busy_s = 0.0
+        self.tokens_decoded = 0
+        self.preemptions = 0
+        self.kv_peak = 0                      # most KV tokens in use at an iteration boundary
+        self.tracer = None                    # a timeline told of every segment, when one is kept
+        self._empty()
+        self.process = env.process(self._run())
+
+    def _empty(self) -> None:
+        """The engine's state of an instance serving nothing (at start, and after a restart)."""
         self._pinned: dict[Request, int] = {}  # leading blocks of its chain each request pins
         self._shared = 0                      # pinned tokens admitted requests' KV also counts
         self._ctx_end = 0                     # decoders' KV when the segment in flight ends
         self._loading = 0                     # admitted requests whose hit is being loaded
-        self.hooks = hooks                    # the pipeline: prefill_done / finished / failed
+        self._loads: dict[Request, Flow] = {}   # their loads in flight over the host link
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.held = 0                         # KV tokens of admitted requests not decoding
@@ -88,14 +107,24 @@ class Instance:
         self.pending_prefill_tokens = 0
         self.inbound_tokens = 0               # prompts whose KV is on its way here (the pipeline's)
         self.waiting_tokens = 0
-        self.busy_s = 0.0
-        self.tokens_decoded = 0
-        self.preemptions = 0
-        self.kv_peak = 0                      # most KV tokens in use at an iteration boundary
         self._wake = None
         self._interruptible = False
-        self.tracer = None                    # a timeline told of every segment, when one is kept
-        self.process = env.process(self._run())
+
+    def crash(self) -> None:
+        """The instance dies: its process stops where it is, and every request's KV on it, its
+        prefix cache and its queue are lost (the pipeline has re-dispatched those requests)."""
+        self.process.callbacks.append(_defuse)
+        self.process.interrupt(DOWN)
+        for flow in self._loads.values():
+            assert self.host_load is not None
+            self.host_load.cancel(flow)
+        if self.cache is not None:
+            self.cache = PrefixCache(self.cache.capacity_tokens)
+        self._empty()
+
+    def restart(self) -> None:
+        """Back in service after a crash, serving nothing, its cache empty."""
+        self.process = self.env.process(self._run())
 
     # -- what routers see ---------------------------------------------------------------------
     @property
@@ -257,7 +286,9 @@ class Instance:
             self._interruptible = True
             try:
                 yield env.timeout(elapsed)
-            except simpy.Interrupt:           # new work: stop at the next iteration boundary
+            except simpy.Interrupt as stop:   # new work: stop at the next iteration boundary
+                if stop.cause is DOWN:
+                    raise
                 k = run.cut(env.now - t0)
                 elapsed = run.elapsed(k)
                 if elapsed > env.now - t0:
@@ -295,8 +326,8 @@ class Instance:
                 self.held += need
                 if self.host_load is not None and req.uses_cache and req.hit_tokens:
                     self._loading += 1
-                    self.host_load.send(req.hit_tokens * self.kv_bytes_per_token,
-                                        partial(self._loaded, req))
+                    self._loads[req] = self.host_load.send(
+                        req.hit_tokens * self.kv_bytes_per_token, partial(self._loaded, req))
                 else:
                     self.prefilling.append(req)
             else:
@@ -312,6 +343,7 @@ class Instance:
     def _loaded(self, req: Request) -> None:
         """A host-tier hit is in HBM: the request's prefill can start."""
         self._loading -= 1
+        del self._loads[req]
         self.prefilling.append(req)
         self._poke()
 

@@ -107,6 +107,8 @@ class Link:
         share = (self.bandwidth_Bps if nominal else self.capacity_Bps) / (self._active + 1)
         if self.flow_cap_Bps is not None:
             share = min(share, self.flow_cap_Bps)
+        if share <= 0:                       # the line is down (an oracle knows)
+            return float("inf")
         return nbytes / share + self.latency_s
 
     # -- internals --------------------------------------------------------------------------

@@ -62,6 +62,8 @@ class Request:
         # where its time went: current stage, since when, seconds per closed stage, the same
         # frozen at the first token; `log` keeps every (stage, entered_s) for a timeline, or None
         "stage", "stage_s", "stages", "ttft_stages", "log",
+        # re-dispatches after faults so far
+        "retries",
     )
 
     def __init__(self, idx: int, trace: TraceRequest, arrival_s: float, log: bool = False):
@@ -106,6 +108,23 @@ class Request:
         self.stages = [0.0] * len(STAGES)     # seconds per stage, in STAGES order
         self.ttft_stages: list[float] | None = None
         self.log = [("prefill_queue", arrival_s)] if log else None
+        self.retries = 0
+
+    def retried(self, now: float) -> Request:
+        """The request sent again from scratch at `now` after a fault lost its attempt (its KV
+        is gone: everything is recomputed, and the stream starts over). It keeps its arrival,
+        the time its stages took so far (the lost attempt's time stays in its stages), and the
+        bytes it moved."""
+        again = Request(self.idx, self.trace, self.arrival_s)
+        again.stages = self.stages.copy()
+        again.stages[STAGE_INDEX[self.stage]] += now - self.stage_s
+        again.stage_s = now
+        if self.log is not None:
+            again.log = self.log + [("prefill_queue", now)]
+        again.retries = self.retries + 1
+        again.wan_bytes, again.wan_bytes_no_drc = self.wan_bytes, self.wan_bytes_no_drc
+        again.rdma_bytes = self.rdma_bytes
+        return again
 
     def enter(self, stage: str, now: float) -> None:
         """The stream's path moves on to `stage` at `now`."""

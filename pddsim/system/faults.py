@@ -1,6 +1,10 @@
 """Faults during a run (`faults:` in the config): links that go down or degrade, instances that
 die and restart empty, random failures per role; and what the run keeps about them.
 
+An instance that dies leaves its pool (routers no longer see it), every request whose attempt it
+held is re-dispatched from scratch (its KV is lost), then the instance is wiped; it comes back
+serving nothing, its cache empty. A request whose first pool has no instance up waits for one.
+
 A link fault scales the link's capacity (0: down): flows on it get rate 0 in the link's sharing
 and resume where they stopped when it comes back. Overlapping faults of one link multiply.
 Without `faults` in the config nothing here exists, so a run without faults pays nothing.
@@ -8,20 +12,27 @@ Without `faults` in the config nothing here exists, so a run without faults pays
 from __future__ import annotations
 
 from collections import Counter
+from typing import Callable
 
 import numpy as np
 
-from pddsim.config import Faults, LinkFault
+from pddsim.config import Faults, InstanceFault, LinkFault
+from pddsim.engine.request import Request
 from pddsim.system.deployment import Deployment
 
 STALLED = "stalled"              # could make no more progress (a line or pool that never came back)
+INSTANCE_FAILED = "instance_failed"     # its instance died more often than it may be re-dispatched
+TRANSFER_TIMEOUT = "transfer_timeout"   # its KV stalled past the timeout more often than that
+REASONS = (INSTANCE_FAILED, TRANSFER_TIMEOUT, STALLED)
 
 
 class FaultInjector:
     """Runs the configured faults against a built deployment and its pipeline."""
 
-    def __init__(self, env, cfg: Faults, dep: Deployment, pipeline, rng: np.random.Generator):
+    def __init__(self, env, cfg: Faults, dep: Deployment, pipeline, rng: np.random.Generator,
+                 in_flight: dict[int, Request]):
         self.env = env
+        self.in_flight = in_flight       # the run's requests issued and not ended, by index
         self.cfg = cfg
         self.dep = dep
         self.pipeline = pipeline
@@ -32,10 +43,105 @@ class FaultInjector:
         self.link_down_s: Counter = Counter()
         self.retries = 0                 # re-dispatches, all requests together
         self.retried: set[int] = set()   # requests re-dispatched at least once
+        self.members = {role: list(pool) for role, pool in dep.pools.items()}
+        self.entry = "colocated" if "colocated" in dep.pools else "prefill"
+        self._down: Counter = Counter()            # faults holding each instance down
+        self._pool_empty_since: dict[str, float | None] = dict.fromkeys(dep.pools)
+        self.pool_empty_s: Counter = Counter()
+        self.parked: list[tuple[Request, Callable[[], None]]] = []   # waiting for a pool to have an instance
         pipeline.faults = self
         for ev in cfg.events:
             if isinstance(ev, LinkFault):
                 env.process(self._link_fault(ev))
+            else:
+                env.process(self._instance_fault(ev))
+        for rf in cfg.random:
+            for inst in self.members[rf.role]:
+                env.process(self._random_failures(inst, rf, dep.daemons))
+
+    # -- requests -----------------------------------------------------------------------------
+    def dispatch(self, req: Request) -> None:
+        """Send a request in, or hold it while its first pool has no instance up."""
+        if self.dep.pools[self.entry]:
+            self.pipeline.dispatch(req)
+        else:
+            self.park(req, lambda: self.dispatch(req))
+
+    def park(self, req: Request, resume: Callable[[], None]) -> None:
+        """Hold the request until an instance restarts, then `resume` it (if it is still this
+        attempt of a request in flight)."""
+        self.parked.append((req, resume))
+
+    def retry(self, req: Request, reason: str) -> None:
+        """The request's attempt is lost (its instance died, its KV stalled too long): let go
+        of what it holds and send it again from scratch, or fail it with `reason` once it has
+        been re-dispatched `max_retries` times."""
+        if req.retries >= self.cfg.max_retries:
+            self.pipeline.give_up(req, reason)
+            return
+        self.pipeline.abandon(req)
+        self.retries += 1
+        self.retried.add(req.idx)
+        again = self.in_flight[req.idx] = req.retried(self.env.now)
+        self.dispatch(again)
+
+    # -- instances ----------------------------------------------------------------------------
+    def _instance_fault(self, ev: InstanceFault):
+        if ev.instance is not None:
+            targets = [i for pool in self.members.values() for i in pool if i.name == ev.instance]
+        else:
+            pool = [i for i in self.members[str(ev.role)] if i.cluster == ev.cluster]
+            targets = pool[:ev.count] if ev.count is not None else pool
+        yield self.env.timeout(ev.start_s)
+        for inst in targets:
+            self._take_down(inst)
+        if ev.duration_s is None:
+            return
+        yield self.env.timeout(ev.duration_s)
+        for inst in targets:
+            self._bring_up(inst)
+
+    def _random_failures(self, inst, rf, daemons):
+        """One instance failing at random: exponential up-times (waiting for the next failure is
+        no progress: a run stuck otherwise still ends) and repair times."""
+        while True:
+            yield daemons.sleep(float(self.rng.exponential(rf.mtbf_s)))
+            if not daemons.keep_going():
+                return
+            self._take_down(inst)
+            yield self.env.timeout(float(self.rng.exponential(rf.mttr_s)))
+            self._bring_up(inst)
+
+    def _take_down(self, inst) -> None:
+        self._down[inst] += 1
+        if self._down[inst] > 1:
+            return
+        pool = self.dep.pools[inst.role]
+        pool.remove(inst)
+        if not pool:
+            self._pool_empty_since[inst.role] = self.env.now
+        for req in list(self.in_flight.values()):
+            if self.pipeline.lost_with(req, inst):
+                self.retry(req, INSTANCE_FAILED)
+        self.pipeline.instance_lost(inst)
+        inst.crash()
+
+    def _bring_up(self, inst) -> None:
+        self._down[inst] -= 1
+        if self._down[inst]:
+            return
+        inst.restart()
+        pool = self.dep.pools[inst.role]
+        if not pool:
+            self.pool_empty_s[inst.role] += self.env.now - self._pool_empty_since[inst.role]
+            self._pool_empty_since[inst.role] = None
+        order = self.members[inst.role]
+        pool.append(inst)
+        pool.sort(key=order.index)
+        parked, self.parked = self.parked, []
+        for req, resume in parked:
+            if self.in_flight.get(req.idx) is req:
+                resume()
 
     # -- links --------------------------------------------------------------------------------
     def _link_fault(self, ev: LinkFault):
@@ -73,6 +179,9 @@ class FaultInjector:
         requests retried, failed by reason."""
         dur = max(duration_s, 1e-12)
         out: dict = {}
+        for role, since in self._pool_empty_since.items():
+            down = self.pool_empty_s[role] + (duration_s - since if since is not None else 0.0)
+            out[f"availability_{role}"] = 1.0 - down / dur
         for name, since in self._link_down_since.items():
             down = self.link_down_s[name] + (duration_s - since if since is not None else 0.0)
             out[f"availability_{name}"] = 1.0 - down / dur
@@ -85,5 +194,3 @@ class FaultInjector:
         out["failed_other"] = int(sum(reasons.values()))
         return out
 
-
-REASONS = (STALLED,)

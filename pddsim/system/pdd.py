@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pddsim.engine.network import Link
 from pddsim.engine.request import Request, Route
+from pddsim.system.faults import INSTANCE_FAILED
 from pddsim.system.handoff import HANDOFFS
 from pddsim.system.paths import PATH_POLICIES
 from pddsim.system.pipelines import Disaggregated
@@ -23,7 +24,7 @@ class PddRequestState:
     """One request's state in the PDD pipeline: where its KV went, how far its handoff is."""
 
     __slots__ = ("req", "p", "p_held", "rld", "md", "shadow", "wan_flow", "rld_flow", "ids_flow",
-                 "transfers", "absorbed", "md_busy", "rounds", "final", "leftover")
+                 "transfers", "absorbed", "md_busy", "rounds", "final", "leftover", "md_lost")
 
     def __init__(self, req, p, md):
         self.req, self.p, self.md, self.rld = req, p, md, None
@@ -39,6 +40,7 @@ class PddRequestState:
         self.rounds = 0           # handoff messages sent
         self.final = False        # the last handoff has left the RLD
         self.leftover = False     # the request ended while a catch-up part was under way
+        self.md_lost = False      # its MD (or the WAN path to it) died: the RLD finishes it
 
 
 class PDD(Disaggregated):
@@ -47,6 +49,7 @@ class PDD(Disaggregated):
         self.cfg = cfg
         self.paths = PATH_POLICIES[cfg.path_policy](cfg, rng)
         self.handoff = HANDOFFS[cfg.handoff](cfg)
+        self._leftovers: dict[PddRequestState, None] = {}   # ended requests' work on an MD
 
     def failed(self, job: Request, inst, reason: str) -> None:
         st = job.state
@@ -70,15 +73,26 @@ class PDD(Disaggregated):
 
     # -- after prefill: pick the MD and the path ---------------------------------------------------
     def _after_prefill(self, req: Request, p) -> None:
-        md = self.routers["decode"].pick(self.dep.pools["decode"], req)
-        st = req.state = PddRequestState(req, p, md)
-        lacking = (req.input_tokens - md.cached_tokens(req)) * self.dep.model.kv_bytes_per_token
+        pools = self.dep.pools
         faults = self.faults
-        if faults is not None and faults.cfg.degraded == "finish_on_relay" and \
+        if not pools["decode"]:                 # every MD is down (faults): the RLD finishes it
+            assert faults is not None
+            if not pools["relay"]:              # no path left: try again
+                p.release(req)
+                faults.retry(req, INSTANCE_FAILED)
+                return
+        md = self.routers["decode"].pick(pools["decode"], req) if pools["decode"] else None
+        st = req.state = PddRequestState(req, p, md)
+        if md is None:
+            req.pipeline = Route.P_RLD
+        elif faults is not None and faults.cfg.degraded == "finish_on_relay" and \
                 faults.link_is_down(self.wan):
             req.pipeline = Route.P_RLD          # degraded mode: nothing can cross the WAN now
         else:
+            lacking = (req.input_tokens - md.cached_tokens(req)) * self.dep.model.kv_bytes_per_token
             req.pipeline = self.paths.choose(req, lacking, self.dep.wan)
+        if req.pipeline != Route.P_MD and not pools["relay"]:    # every RLD is down (faults)
+            req.pipeline = Route.P_MD
         if req.pipeline != Route.P_MD:
             st.rld = self.routers["relay"].pick(self.dep.pools["relay"], req)
             st.transfers += 1
@@ -103,6 +117,8 @@ class PDD(Disaggregated):
     def _md_has_prompt(self, req: Request) -> None:
         st = req.state
         self._transfer_done(req)
+        if st.md_lost:                          # its last bytes flew as the MD died
+            return
         self.kv_landed(req, st.md)
         if req.finish_s is not None:            # finished on the RLD meanwhile
             return
@@ -123,6 +139,8 @@ class PDD(Disaggregated):
 
     def _handoff_at_boundary(self, req: Request, made_here: int) -> None:
         st = req.state
+        if st.md_lost:                          # no MD to hand over to: the RLD decodes on
+            return
         backlog = req.tokens_out + made_here - st.absorbed
         # the next boundary, where a final handoff would leave, brings one more token
         if self.handoff.catch_up(self.dep.pools["relay"], backlog + 1):
@@ -147,6 +165,8 @@ class PDD(Disaggregated):
 
     def _ids_arrived(self, req: Request, n_ids: int, final: bool) -> None:
         st = req.state
+        if st.md_lost:                          # they flew as the MD died: the RLD streams on
+            return
         if req.finish_s is not None:
             st.md_busy = False
             self._md_drop(st)
@@ -182,12 +202,67 @@ class PDD(Disaggregated):
     def _leftover_done(self, st: PddRequestState) -> None:
         if st.leftover:
             st.leftover = False
+            del self._leftovers[st]
             self.leftover_done()
 
     def _md_drop(self, st: PddRequestState) -> None:
         """Free the KV a catch-up shadow holds on the MD."""
         if st.shadow is not None and st.shadow.reserved:
             st.md.release(st.shadow)
+
+    # -- faults (system/faults.py) -------------------------------------------------------------
+    def lost_with(self, req: Request, inst) -> bool:
+        """The attempt is lost with the instance streaming or about to stream it: its P while
+        the prompt's KV leaves for the instance that streams next, its RLD before the final
+        handoff, its MD after it. An MD (or a P still sending the MD its delta) dying while the
+        RLD streams costs only the handoff: the RLD finishes the request."""
+        st = req.state
+        if st is None or st.final:
+            return req.inst is inst if st is None else st.md is inst
+        if req.inst is inst:
+            return True
+        sends_md = st.p is inst and st.wan_flow is not None and not st.wan_flow.done
+        if st.md is inst or sends_md:
+            if st.rld is None:
+                return True
+            self._lose_md(req)
+        return False
+
+    def _lose_md(self, req: Request) -> None:
+        """No handoff for this request: the RLD decodes it to the end."""
+        st = req.state
+        st.md_lost = True
+        flow = st.wan_flow
+        if flow is not None and not flow.done:
+            self.wan.cancel(flow)
+            req.wan_bytes -= flow.size - flow.sent
+            req.wan_bytes_no_drc -= req.input_tokens * self.dep.model.kv_bytes_per_token - flow.sent
+            self._transfer_done(req)
+        flow = st.ids_flow
+        if flow is not None and not flow.done:
+            self.wan.cancel(flow)
+        st.shadow = None                        # its KV on the MD is lost with it
+        st.md_busy = False
+
+    def instance_lost(self, inst) -> None:
+        """Ended requests' catch-up work on a dying MD is lost with it: nothing to drain."""
+        for st in list(self._leftovers):
+            if st.md is inst:
+                flow = st.ids_flow
+                if flow is not None and not flow.done:
+                    self.wan.cancel(flow)
+                st.shadow = None
+                st.md_busy = False
+                self._leftover_done(st)
+
+    def transfer_stalled(self, req: Request, flow) -> None:
+        """The MD's delta or catch-up IDs stalled while the RLD streams: it finishes the request;
+        anything the stream waits for is tried again."""
+        st = req.state
+        if st is not None and st.rld is not None and not st.final and flow is not st.rld_flow:
+            self._lose_md(req)
+        else:
+            super().transfer_stalled(req, flow)
 
     def abandon(self, req: Request) -> None:
         """A fault ends the request's attempt: its transfers in flight are cancelled (the prompt's
@@ -237,3 +312,4 @@ class PDD(Disaggregated):
             else:                               # IDs in flight or an extend running: it drains
                 st.leftover = True
                 self.leftovers += 1
+                self._leftovers[st] = None

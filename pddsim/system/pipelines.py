@@ -7,6 +7,7 @@ from typing import Callable
 
 from pddsim.engine.request import Request, Route
 from pddsim.system.deployment import Deployment
+from pddsim.system.faults import TRANSFER_TIMEOUT
 
 
 class Pipeline:
@@ -38,13 +39,19 @@ class Pipeline:
         """Start a transfer for `req` from instance `src` to `dst`; a timeline, if kept, draws it
         once delivered."""
         if self.tracer is None:
-            return self.dep.send(src, dst, nbytes, on_arrival)
-        t0 = self.env.now
+            flow = self.dep.send(src, dst, nbytes, on_arrival)
+        else:
+            t0 = self.env.now
 
-        def arrived():
-            self.tracer.transfer(self.dep.carrier(src, dst), t0, self.env.now, nbytes, req.idx, what)
-            on_arrival()
-        return self.dep.send(src, dst, nbytes, arrived)
+            def arrived():
+                self.tracer.transfer(self.dep.carrier(src, dst), t0, self.env.now, nbytes, req.idx,
+                                     what)
+                on_arrival()
+            flow = self.dep.send(src, dst, nbytes, arrived)
+        if self.faults is not None and self.faults.cfg.transfer_timeout_s is not None:
+            self.env.timeout(self.faults.cfg.transfer_timeout_s).callbacks.append(
+                lambda _e: flow.done or req.finish_s is not None or self.transfer_stalled(req, flow))
+        return flow
 
     def dispatch(self, req: Request) -> None:
         raise NotImplementedError
@@ -69,6 +76,18 @@ class Pipeline:
     def abandon(self, req: Request) -> None:
         """Let go of whatever the request's attempt holds outside the instance it is on: nothing
         in a pipeline that keeps no transfers."""
+
+    def lost_with(self, req: Request, inst) -> bool:
+        """Does `inst` dying lose the request's attempt (before it is wiped)?"""
+        return req.inst is inst
+
+    def instance_lost(self, inst) -> None:
+        """`inst` is about to be wiped: work of ended requests on it is lost too."""
+
+    def transfer_stalled(self, req: Request, flow) -> None:
+        """A transfer of the request outlived `faults.transfer_timeout_s`: it is tried again."""
+        assert self.faults is not None
+        self.faults.retry(req, TRANSFER_TIMEOUT)
 
     def _end(self, req: Request) -> None:
         req.finish_s = self.env.now
@@ -97,8 +116,16 @@ class Disaggregated(Pipeline):
         inst.submit(req, prefill=req.input_tokens, decode=0, context=0, use_cache=True, hold=True)
 
     def prefill_done(self, req: Request, p) -> None:
+        if not self.dep.pools["decode"]:          # every decode instance is down (faults):
+            assert self.faults is not None        # its KV waits on P for one to restart
+            req.state = (p, None, None)
+            self.faults.park(req, lambda: self.prefill_done(req, p))
+            return
         d = self.routers["decode"].pick(self.dep.pools["decode"], req)
         req.state = (p, d, self.ship_kv(req, p, d, lambda: self._kv_arrived(req, p, d), streams=True))
+
+    def lost_with(self, req: Request, inst) -> bool:
+        return req.inst is inst or (req.state is not None and req.state[1] is inst)
 
     def abandon(self, req: Request) -> None:
         """A prompt's KV on its way: the transfer is cancelled, the prefill side frees it."""
@@ -106,7 +133,7 @@ class Disaggregated(Pipeline):
             return
         p, d, flow = req.state
         req.state = None                     # its delivery, if under way, finds it abandoned
-        if not flow.done:
+        if flow is not None and not flow.done:
             self.dep.carrier(p, d).cancel(flow)
             if p.cluster == d.cluster:
                 d.inbound_tokens -= req.input_tokens
