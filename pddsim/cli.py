@@ -142,6 +142,25 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_faults(args) -> int:
+    from pddsim.config import load_config
+    from pddsim.experiments.faults import fault_study, format_fault_study, plot_fault_study
+    from pddsim.sim import load_workload
+    configs = [load_config(p, args.set or []) for p in args.configs]
+    workload = load_workload(configs[0])          # one workload for every system
+    with _progress(len(configs) * len(workload), args.quiet) as bar:
+        study = fault_study(configs, workload, seed=args.seed, on_progress=bar.update)
+    if args.plot:
+        plot_fault_study(study, args.plot)
+    if args.json:
+        print(_json({"summaries": study.summaries,
+                     "per_minute": study.per_minute.to_dict(orient="records"),
+                     "faults": [{"start_s": s, "end_s": e, "what": w} for s, e, w in study.faults]}))
+        return 0
+    print(format_fault_study(study))
+    return 0
+
+
 def cmd_bathtub(args) -> int:
     from pddsim.experiments.bathtub import POLICIES, Stream, bathtub, parse_hits, plot
     cfg = _config(args)
@@ -406,6 +425,19 @@ def parser() -> Parser:
                       "does) to a subfolder, for `pddsim report`")
     cmp_.add_argument("--quiet", action="store_true")
     cmp_.set_defaults(func=cmd_compare)
+
+    flt = sub.add_parser("faults", help="several systems through their configured faults on one "
+                         "workload: TTFT and SLO attainment per minute, failures and retries")
+    flt.add_argument("configs", nargs="+", help="scenario YAMLs with a faults section (e.g. "
+                     "configs/faults/*.yaml); the first one's workload is used")
+    flt.add_argument("--set", action="append", metavar="KEY=VALUE", help="override in every config")
+    flt.add_argument("--seed", type=int)
+    flt.add_argument("--plot", metavar="FILE.png", help="TTFT P90 and SLO attainment per minute, "
+                     "faults shaded")
+    flt.add_argument("--json", action="store_true",
+                     help="print the summaries, the per-minute table and the fault windows")
+    flt.add_argument("--quiet", action="store_true")
+    flt.set_defaults(func=cmd_faults)
 
     cap = sub.add_parser("capacity", help="highest arrival rate meeting the SLO target")
     _add_config_args(cap)

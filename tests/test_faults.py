@@ -248,3 +248,30 @@ def test_under_random_failures_every_request_ends_exactly_once(tmp_path, roles, 
     again = simulate(_with_faults(cfg, {"random": random, "transfer_timeout_s": 3.0,
                                         "max_retries": 2}), w, seed=3)
     assert again.requests.equals(df)                          # seeded: the same faults
+
+
+# ---- the study --------------------------------------------------------------------------------
+
+def test_the_faults_command_compares_systems_minute_by_minute(tmp_path, capsys):
+    import json
+
+    import yaml
+    paths = []
+    for name, roles, two, link in (("same_dc", PD_ROLES, False, "rdma:a"),
+                                   ("pdd", PDD_ROLES, True, "wan")):
+        raw = config(tmp_path, roles=roles, two_clusters=two).model_dump(exclude={"base_dir"})
+        raw["name"] = name
+        raw["workload"] = {"synthetic": {"kind": "poisson", "knobs": {
+            "n_requests": 200, "rate_rps": 1.0, "input_mean": 1000, "output_mean": 50}}}
+        raw["faults"] = {"events": [{"kind": "link_down", "link": link, "start_s": 60,
+                                     "duration_s": 60}]}
+        paths.append(tmp_path / f"{name}.yaml")
+        paths[-1].write_text(yaml.safe_dump(raw))
+    plot = tmp_path / "f.png"
+    assert cli.main(["faults", *map(str, paths), "--plot", str(plot), "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [s["system"] for s in out["summaries"]] == ["same_dc", "pdd"]
+    assert {(f["start_s"], f["end_s"]) for f in out["faults"]} == {(60, 120)}
+    minutes = [m for m in out["per_minute"] if m["system"] == "pdd"]
+    assert sum(m["arrivals"] for m in minutes) == 200
+    assert plot.read_bytes().startswith(b"\x89PNG")

@@ -1,8 +1,8 @@
 """Property-based: random small deployments (1-3 instances per role, random GPUs, memory small
-enough to force preemption, random WAN, random faults) serving random workloads (random lengths, prompts sharing
-prefixes) keep every invariant (`check_invariants=True`), and every request ends exactly once with
-all its tokens or a failure reason. Example counts are bounded so the suite stays fast; examples that
-once failed are kept below with @example."""
+enough to force preemption, random WAN, random faults) serving random workloads (random lengths,
+prompts sharing prefixes) keep every invariant (`check_invariants=True`), and every request ends
+exactly once with all its tokens or a failure reason. Example counts are bounded so the suite
+stays fast; examples that once failed are kept below with @example."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_network import _run
