@@ -29,16 +29,21 @@ class Replay:
         self.closed = wcfg.replay == "closed"
         self.ended = 0
         self.all_ended = env.event()
-        # sessions in order of first appearance; a request without a session is its own
-        keys = [r.session_id if r.session_id >= 0 else -1 - i for i, r in enumerate(self.reqs)]
-        members: dict[int, list[int]] = defaultdict(list)
-        for i, k in enumerate(keys):
-            members[k].append(i)
-        self.sessions = list(members.values())
-        self.session_of = np.empty(len(self.reqs), dtype=np.int64)
-        for s, idxs in enumerate(self.sessions):
-            self.session_of[idxs] = s
-        self.left_in_session = [len(m) for m in self.sessions]
+        # sessions in order of first appearance; a request without a session is its own. Held as
+        # arrays (members of session s: self.members[self.bounds[s]:self.bounds[s + 1]]), not a list
+        # per session: a million independent requests are a million sessions.
+        n = len(self.reqs)
+        ids = np.fromiter((r.session_id for r in self.reqs), dtype=np.int64, count=n)
+        keys = np.where(ids >= 0, ids, -1 - np.arange(n, dtype=np.int64))
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+        self.session_of = rank[inverse]
+        self.members = np.argsort(self.session_of, kind="stable")
+        counts = np.bincount(self.session_of, minlength=len(first))
+        self.bounds = np.concatenate(([0], np.cumsum(counts)))
+        self.n_sessions = len(first)
+        self.left_in_session = counts.tolist()
         self.children: dict[int, list[int]] = defaultdict(list)
         if self.closed:
             for i, r in enumerate(self.reqs):
@@ -53,16 +58,17 @@ class Replay:
         start = self.cfg.session_start
         if start == "concurrent":
             assert self.cfg.concurrent_sessions is not None     # the config requires it
-            for _ in range(min(self.cfg.concurrent_sessions, len(self.sessions))):
+            for _ in range(min(self.cfg.concurrent_sessions, self.n_sessions)):
                 self._start_session(self.next_session)
             return
         ts = self.cfg.time_scale
-        firsts = np.array([self.reqs[m[0]].arrival_s for m in self.sessions], dtype=float)
+        arrivals = np.fromiter((r.arrival_s for r in self.reqs), dtype=float, count=len(self.reqs))
+        firsts = arrivals[self.members[self.bounds[:-1]]]
         if start == "recorded":
             starts = firsts / ts
         else:
             assert self.cfg.session_rate_rps is not None        # the config requires it
-            gaps = self.rng.exponential(1.0 / (self.cfg.session_rate_rps * ts), len(self.sessions))
+            gaps = self.rng.exponential(1.0 / (self.cfg.session_rate_rps * ts), self.n_sessions)
             starts = np.concatenate(([0.0], np.cumsum(gaps[1:])))
         if self.closed:
             times = starts
@@ -70,7 +76,6 @@ class Replay:
             self.env.process(self._at_times(times[order], order, self._start_session))
             return
         # open loop: every request at its session's start plus its recorded offset
-        arrivals = np.array([r.arrival_s for r in self.reqs], dtype=float)
         times = starts[self.session_of] + (arrivals - firsts[self.session_of]) / ts
         order = np.argsort(times, kind="stable")
         self.env.process(self._at_times(times[order], order, self.issue_at_now))
@@ -84,7 +89,7 @@ class Replay:
 
     def _start_session(self, s: int) -> None:
         self.next_session = max(self.next_session, s + 1)
-        members = self.sessions[s]
+        members = self.members[self.bounds[s]:self.bounds[s + 1]].tolist()
         base = self.reqs[members[0]].arrival_s
         if self.closed:
             roots, ts = [i for i in members if self.reqs[i].follows < 0], 1.0
@@ -102,7 +107,7 @@ class Replay:
         s = int(self.session_of[idx])
         self.left_in_session[s] -= 1
         if (self.left_in_session[s] == 0 and self.cfg.session_start == "concurrent"
-                and self.next_session < len(self.sessions)):
+                and self.next_session < self.n_sessions):
             self._start_session(self.next_session)
         if self.ended == len(self.reqs):
             self.all_ended.succeed()
