@@ -3,14 +3,22 @@ model so that iteration times are exact (time = base + per_token * batch_tokens)
 workloads, config files, and the check that bad input costs one stderr line."""
 from __future__ import annotations
 
+import os
 from functools import partial
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import settings
 
 from pddsim.config import from_dict
 from pddsim.workload.model import TraceRequest, Workload
+
+# Property tests draw the same examples on every run, so a red build points at a change, not at a
+# lucky draw; `HYPOTHESIS_PROFILE=explore pytest` draws fresh ones (keep what fails as an @example).
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 def linear_table(path: Path, base: float, per_token: float) -> Path:

@@ -55,7 +55,7 @@ def test_kv_over_capacity_is_caught(make_config, make_workload, monkeypatch):
         p.capacity = 512                          # memory shrinks under the prompt it holds
         done(self, req, p)
     monkeypatch.setattr(Disaggregated, "prefill_done", shrink_then_ship)
-    with pytest.raises(InvariantError, match=r"prefill0 at .* KV in use 10\d\d tokens"):
+    with pytest.raises(InvariantError, match=r"prefill0 at .* KV pool use 10\d\d tokens"):
         simulate(make_config(roles=PD), make_workload((0.0, 1000, 50)), check_invariants=True)
 
 

@@ -3,7 +3,7 @@ enough to force preemption, random WAN, random faults) serving random workloads 
 prompts sharing prefixes) keep every invariant (`check_invariants=True`), and every request ends
 exactly once with all its tokens or a failure reason. Example counts are bounded so the suite
 stays fast; examples that once failed are kept below with @example."""
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_network import _run
 
@@ -75,8 +75,23 @@ def workloads(draw):
     return Workload(reqs)
 
 
+# a colocated instance whose HBM cache's block 0 is in a decoder's KV and in a newly admitted
+# prompt's reservation: the block takes room once, so the pool is full but not over-committed
+SHARED_BLOCK = from_dict({
+    "name": "prop", "model": "llama-3.1-70b", "workload": {"trace": "unused.jsonl"},
+    "clusters": {"a": {"gpu": "h100-sxm", "rdma": {"bandwidth_gbps": 100},
+                       "instances": [{"role": "colocated", "count": 1, "tp": 2}]}},
+    "slo": {"ttft_s": 1.0, "tpot_s": 0.05}, "prefix_cache": {"decode_tokens": 0},
+    "batching": {"max_batch": 2}}, "prop")
+SHARED_BLOCK_WORKLOAD = Workload([
+    TraceRequest(arrival_s=0.0, input_tokens=n, output_tokens=out, hash_ids=tuple(range(n // 64)),
+                 block_tokens=64)
+    for n, out in ((3200, 4), (64, 1), (64, 1), (64, 1), (5376, 1))])
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cfg=deployments(), w=workloads(), seed=st.integers(0, 3))
+@example(cfg=SHARED_BLOCK, w=SHARED_BLOCK_WORKLOAD, seed=0)
 def test_random_deployments_keep_every_invariant(cfg, w, seed):
     df = simulate(cfg, w, seed=seed, check_invariants=True).requests
     assert sorted(df.request) == list(range(len(w)))

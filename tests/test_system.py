@@ -51,6 +51,17 @@ def test_every_request_ends_exactly_once(make_config, replay):
     assert (df.finish_s >= df.arrival_s).all()
 
 
+def test_a_prompt_the_decode_cache_holds_whole_still_reaches_decode(make_config):
+    # nothing to ship: the KV "lands" before the transfer call returns
+    cfg = make_config(roles=(("prefill", 1), ("decode", 1)),
+                      prefix_cache={"decode_tokens": 4096})
+    w = Workload([TraceRequest(arrival_s=t, input_tokens=64, output_tokens=3, hash_ids=(0,),
+                               block_tokens=64) for t in (0.0, 1.0)])
+    df = simulate(cfg, w).requests
+    assert (df.status == "completed").all()
+    assert df.hit_tokens_decode.tolist() == [0, 64]
+
+
 def test_same_seed_same_summary(make_config):
     cfg = make_config(roles=(("prefill", 2), ("decode", 2)), two_clusters=True,
                  wan={"bandwidth_gbps": 10, "rtt_ms": 20,

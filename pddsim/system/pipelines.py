@@ -122,7 +122,10 @@ class Disaggregated(Pipeline):
             self.faults.park(req, lambda: self.prefill_done(req, p))
             return
         d = self.routers["decode"].pick(self.dep.pools["decode"], req)
-        req.state = (p, d, self.ship_kv(req, p, d, lambda: self._kv_arrived(req, p, d), streams=True))
+        req.state = (p, d, None)             # first: KV the decode side holds whole lands at once
+        flow = self.ship_kv(req, p, d, lambda: self._kv_arrived(req, p, d), streams=True)
+        if req.state is not None:            # still on its way
+            req.state = (p, d, flow)
 
     def lost_with(self, req: Request, inst) -> bool:
         return req.inst is inst or (req.state is not None and req.state[1] is inst)
