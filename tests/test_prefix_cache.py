@@ -1,3 +1,6 @@
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
 from pddsim.engine.prefix_cache import PrefixCache
 
 
@@ -47,7 +50,7 @@ def test_insert_never_evicts_its_own_prefix():
 
 
 class ReferenceCache:
-    """The semantics of `PrefixCache`, written for clarity instead of speed.
+    """The semantics of `PrefixCache` at block level, written for clarity instead of speed.
 
     `order` lists the unpinned resident blocks, least recently used first. An insert shields the
     resident prefix of its chain from eviction, admits new blocks one by one while they fit, then
@@ -58,6 +61,10 @@ class ReferenceCache:
         self.capacity_tokens = capacity_tokens
         self.size, self.pins, self.order = {}, {}, []
         self.used_tokens = self.evicted_tokens = 0
+
+    @property
+    def pinned_tokens(self):
+        return sum(self.size[b] for b, n in self.pins.items() if n)
 
     def match(self, chain):
         n = 0
@@ -83,23 +90,31 @@ class ReferenceCache:
                 self.order.remove(block)
                 self.order.append(block)
 
-    def _fits(self, tokens):
-        return self.capacity_tokens is None or self.used_tokens + tokens <= self.capacity_tokens
+    def _drop(self, block):
+        self.order.remove(block)
+        del self.pins[block]
+        freed = self.size.pop(block)
+        self.used_tokens -= freed
+        return freed
 
-    def insert(self, chain, tokens):
+    def evict(self, tokens):
+        freed = 0
+        while freed < tokens and self.order:
+            freed += self._drop(self.order[0])
+        self.evicted_tokens += freed
+        return freed
+
+    def insert(self, chain, tokens, limit=None):
+        cap = self.capacity_tokens if limit is None else min(limit, self.capacity_tokens or limit)
         have = self.match(chain)
         added = []
         for block in chain[have:]:
-            while not self._fits(tokens):
+            while cap is not None and self.used_tokens + tokens > cap:
                 victims = [b for b in self.order if b not in chain[:have]]
                 if not victims:
                     break
-                self.order.remove(victims[0])
-                del self.pins[victims[0]]
-                freed = self.size.pop(victims[0])
-                self.used_tokens -= freed
-                self.evicted_tokens += freed
-            if not self._fits(tokens):
+                self.evicted_tokens += self._drop(victims[0])
+            if cap is not None and self.used_tokens + tokens > cap:
                 break
             self.size[block], self.pins[block] = tokens, 0
             self.used_tokens += tokens
@@ -109,47 +124,75 @@ class ReferenceCache:
         return have + len(added)
 
 
-def random_chains(rng, n_chains):
+@st.composite
+def chain_trees(draw):
     """Prefix chains of a random tree: each forks a random prefix of an earlier one."""
     chains, next_block = [[]], 0
-    for _ in range(n_chains):
-        base = rng.choice(chains)
-        grow = rng.randint(0 if base else 1, 6)
-        chain = base[:rng.randint(0, len(base))] + list(range(next_block, next_block + grow))
+    for _ in range(draw(st.integers(1, 12))):
+        base = chains[draw(st.integers(0, len(chains) - 1))]
+        chain = base[:draw(st.integers(0, len(base)))]
+        grow = draw(st.integers(0 if chain else 1, 8))
+        chains.append(chain + list(range(next_block, next_block + grow)))
         next_block += grow
-        chains.append(chain)
     return chains[1:]
 
 
-def test_matches_the_reference_on_random_workloads():
-    import random
+OPS = ("insert", "insert_limited", "pin", "extend_pin", "unpin", "touch", "evict", "clear")
+operations = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 99), st.integers(0, 99)),
+                      max_size=60)
 
-    for seed in range(300):
-        rng = random.Random(seed)
-        chains = random_chains(rng, rng.randint(5, 40))
-        blocks = {b for chain in chains for b in chain}
-        capacity = None if seed % 10 == 0 else rng.randint(1, 80)
-        fast, ref = PrefixCache(capacity), ReferenceCache(capacity)
-        pinned = []                                  # (chain, n) pinned by "running requests"
-        for step in range(150):
-            chain, op = rng.choice(chains), rng.random()
-            have = ref.match(chain)
-            assert fast.match(chain) == have, (seed, step)
-            if op < 0.5:
-                tokens = rng.choice((1, 2, 3, 8))
-                if capacity is None and rng.random() < 0.3:    # trace_stats: the missing suffix
-                    chain = chain[have:]
-                assert fast.insert(chain, tokens) == ref.insert(chain, tokens), (seed, step)
-            elif op < 0.65 and have:
-                n = rng.randint(1, have)
-                fast.pin(chain, n), ref.pin(chain, n)
-                pinned.append((chain, n))
-            elif op < 0.8 and pinned:
-                chain, n = pinned.pop(rng.randrange(len(pinned)))
+
+def run_against_reference(capacity, chains, ops):
+    """Apply `ops` to both caches, as the engine does (pins are chain prefixes, extended by the
+    rest of the chain), and compare everything observable after each: match on every chain, the
+    resident blocks, the token counts, and the blocks the hooks announced."""
+    fast, ref = PrefixCache(capacity), ReferenceCache(capacity)
+    announced = set()
+    fast.on_added = lambda blocks: announced.update(blocks)
+    fast.on_removed = lambda blocks: announced.difference_update(blocks)
+    pinned = []                                  # [chain, n] pinned by "running requests"
+    blocks = {b for chain in chains for b in chain}
+    for step, (op, a, b) in enumerate(ops):
+        chain = chains[a % len(chains)]
+        have = ref.match(chain)
+        if op in ("insert", "insert_limited"):
+            tokens = (1, 2, 3, 8)[b % 4]
+            limit = ref.used_tokens + b % 20 if op == "insert_limited" else None
+            assert fast.insert(chain, tokens, limit) == ref.insert(chain, tokens, limit), step
+        elif op == "pin" and have:
+            n = 1 + b % have
+            fast.pin(chain, n), ref.pin(chain, n)
+            pinned.append([chain, n])
+        elif op == "extend_pin" and pinned:
+            entry = pinned[b % len(pinned)]
+            chain, n = entry
+            more = ref.match(chain) - n
+            if more > 0:
+                to = n + 1 + a % more
+                fast.pin(chain[n:to], to - n), ref.pin(chain[n:to], to - n)
+                entry[1] = to
+        elif op == "unpin" and pinned:
+            chain, n = pinned.pop(b % len(pinned))
+            fast.unpin(chain, n), ref.unpin(chain, n)
+        elif op == "touch":
+            n = (have, len(chain))[b % 2]                   # past the resident prefix too
+            fast.touch(chain, n), ref.touch(chain, n)
+        elif op == "evict":
+            assert fast.evict(b % 30) == ref.evict(b % 30), step
+        elif op == "clear":                                 # the requests end, the cache empties
+            for chain, n in pinned:
                 fast.unpin(chain, n), ref.unpin(chain, n)
-            else:
-                n = rng.choice((have, len(chain)))   # past the resident prefix too
-                fast.touch(chain, n), ref.touch(chain, n)
-            assert {b for b in blocks if b in fast} == set(ref.size), (seed, step)
-            assert (fast.used_tokens, fast.evicted_tokens) == \
-                (ref.used_tokens, ref.evicted_tokens), (seed, step)
+            pinned.clear()
+            assert fast.evict(fast.used_tokens) == ref.evict(ref.used_tokens), step
+            assert fast.used_tokens == 0, step
+        assert [fast.match(c) for c in chains] == [ref.match(c) for c in chains], step
+        assert {x for x in blocks if x in fast} == set(ref.size) == announced, step
+        assert (fast.used_tokens, fast.pinned_tokens, fast.evicted_tokens) == \
+            (ref.used_tokens, ref.pinned_tokens, ref.evicted_tokens), step
+
+
+@settings(max_examples=300, deadline=None)
+@example(capacity=1, chains=[[0]], ops=[("insert", 0, 1)])    # a chain trimmed whole was announced
+@given(capacity=st.one_of(st.none(), st.integers(1, 80)), chains=chain_trees(), ops=operations)
+def test_matches_the_reference_under_random_operations(capacity, chains, ops):
+    run_against_reference(capacity, chains, ops)

@@ -1,93 +1,106 @@
-"""Prefix cache over prefix-chained block hashes (the radix cache of SGLang, flattened).
+"""Prefix cache over prefix-chained block hashes: a radix tree of path-compressed nodes.
 
-Because `hash_ids[i]` names the whole prefix up to block i, the set of resident blocks is kept
-prefix-closed (only leaves are evicted), which makes a lookup a binary search over the chain.
-Recency is refreshed leaf-first so a parent is never older than its children: the LRU front is
-therefore always an evictable leaf. Pinned blocks (in use by a running request) leave the LRU list
-until unpinned, so eviction never touches them and never scans.
+Because `hash_ids[i]` names the whole prefix up to block i, a block hash says where it sits in
+the tree: a lookup is a binary search over the chain against the set of resident blocks, and a
+node is found from its first block alone. A node holds a run of consecutive blocks of one chain
+with one pin count, so pinning, unpinning and refreshing the recency of a prefix cost one step
+per node on its path, not per block (Agent contexts run to thousands of blocks, re-sent every
+turn, in a few dozen nodes). A node is split where an operation stops inside it; nodes never merge.
+
+Eviction is least-recently-used at block granularity. Recency is refreshed leaf first, so a
+block is never older than the blocks below it, and the blocks of a node sit together in the LRU
+order, deepest first: the LRU list holds nodes, and its front node's deepest block is the least
+recently used block, always a leaf. Eviction takes blocks off that end. Pinned nodes (in use by a
+running request) leave the LRU list until unpinned, so eviction never touches them and never
+scans. Pins cover whole chain prefixes, so a node's pin count is never below its children's.
 
 The cache is memory: `pinned_tokens` are shared with the requests using them (their owner counts
 them), `evictable_tokens` are held by the cache alone, and `evict` gives them back on demand.
-
-Agent traces re-send contexts of thousands of blocks every turn, so `insert` is the hot path of
-`trace stats`: it costs one recency pass over the resident prefix (in C where possible) plus work
-per new or evicted block only.
+`on_added` / `on_removed`, when set, hear every block the cache gains or loses (an index of
+which cache holds which block keeps itself current through them).
 """
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from typing import Sequence
+from collections import OrderedDict
+from typing import Callable, Sequence
+
+from pddsim.intmath import ceil_div
+
+BlocksHook = Callable[[Sequence[int]], None]
+
+
+class _Node:
+    """A run of consecutive resident blocks of one chain, pinned `pins` times."""
+
+    __slots__ = ("blocks", "block_tokens", "pins")
+
+    def __init__(self, blocks: list[int], block_tokens: int, pins: int):
+        self.blocks = blocks
+        self.block_tokens = block_tokens
+        self.pins = pins
 
 
 class PrefixCache:
     """Resident prefix blocks of one instance, bounded by `capacity_tokens` (None: unbounded)."""
 
-    __slots__ = ("capacity_tokens", "used_tokens", "pinned_tokens", "_pins", "_lru", "_block_tokens",
-                 "evicted_tokens")
+    __slots__ = ("capacity_tokens", "used_tokens", "pinned_tokens", "evicted_tokens", "on_added",
+                 "on_removed", "_resident", "_heads", "_lru")
 
     def __init__(self, capacity_tokens: int | None):
         self.capacity_tokens = capacity_tokens
         self.used_tokens = 0
         self.pinned_tokens = 0                           # resident tokens pinned at least once
         self.evicted_tokens = 0
-        self._pins: dict[int, int] = {}                  # resident block -> pin count
-        self._lru: OrderedDict[int, None] = OrderedDict()  # unpinned resident blocks, oldest first
-        self._block_tokens: dict[int, int] = {}          # resident block -> its size in tokens
+        self.on_added: BlocksHook | None = None          # called with blocks made resident
+        self.on_removed: BlocksHook | None = None        # called with blocks evicted
+        self._resident: set[int] = set()                 # every resident block
+        self._heads: dict[int, _Node] = {}               # first block of a node -> the node
+        self._lru: OrderedDict[_Node, None] = OrderedDict()  # unpinned nodes, oldest first
 
     @property
     def evictable_tokens(self) -> int:
         return self.used_tokens - self.pinned_tokens
 
     def __contains__(self, block: int) -> bool:
-        return block in self._pins
+        return block in self._resident
 
     def match(self, hash_ids: Sequence[int]) -> int:
         """Number of leading blocks of the chain that are resident (no side effects)."""
-        pins = self._pins
+        resident = self._resident
         lo, hi = 0, len(hash_ids)
         while lo < hi:                          # first non-resident index
             mid = (lo + hi) // 2
-            if hash_ids[mid] in pins:
+            if hash_ids[mid] in resident:
                 lo = mid + 1
             else:
                 hi = mid
         return lo
 
     def pin(self, hash_ids: Sequence[int], n_blocks: int) -> None:
-        """Mark the first `n_blocks` (resident) blocks as in use: they cannot be evicted."""
-        pins, lru, sizes = self._pins, self._lru, self._block_tokens
-        for block in hash_ids[:n_blocks]:
-            if pins[block] == 0:
-                del lru[block]
-                self.pinned_tokens += sizes[block]
-            pins[block] += 1
+        """Mark the first `n_blocks` (resident) blocks as in use: they cannot be evicted.
+
+        `hash_ids` starts at the root of its chain or where an earlier pin of the chain ended
+        (a request extending its pin passes the rest of its chain)."""
+        lru = self._lru
+        for node in self._path(hash_ids, n_blocks):
+            if node.pins == 0:
+                del lru[node]
+                self.pinned_tokens += len(node.blocks) * node.block_tokens
+            node.pins += 1
 
     def unpin(self, hash_ids: Sequence[int], n_blocks: int) -> None:
         """Release blocks pinned by `pin`; they become evictable, parents more recent than leaves."""
-        pins, lru, sizes = self._pins, self._lru, self._block_tokens
-        for block in reversed(hash_ids[:n_blocks]):
-            count = pins[block] - 1
-            pins[block] = count
-            if count == 0:
-                lru[block] = None
-                self.pinned_tokens -= sizes[block]
-            # a block pinned by another request is simply left out of the LRU list
+        lru = self._lru
+        for node in reversed(self._path(hash_ids, n_blocks)):
+            node.pins -= 1
+            if node.pins == 0:
+                lru[node] = None
+                self.pinned_tokens -= len(node.blocks) * node.block_tokens
+            # a node pinned by another request is simply left out of the LRU list
 
     def touch(self, hash_ids: Sequence[int], n_blocks: int) -> None:
-        """Refresh the recency of resident leading blocks, leaf first."""
-        move = self._lru.move_to_end
-        blocks = reversed(hash_ids[:n_blocks])
-        try:
-            # Usually every block is in the LRU list: `map` moves them all without a Python-level
-            # loop or membership test (this is most of the time `trace stats` spends on a cache).
-            deque(map(move, blocks), maxlen=0)
-        except KeyError:
-            # A pinned (or absent) block: the checked loop resumes after it, `blocks` being shared.
-            # Pins cover whole chain prefixes, so the blocks left are typically all pinned too.
-            lru = self._lru
-            for block in blocks:
-                if block in lru:
-                    move(block)
+        """Refresh the recency of the resident blocks among the first `n_blocks`, leaf first."""
+        self._refresh(self._path(hash_ids, min(n_blocks, self.match(hash_ids))))
 
     def insert(self, hash_ids: Sequence[int], block_tokens: int, limit: int | None = None) -> int:
         """Make the chain resident (evicting LRU leaves as needed); returns blocks now resident.
@@ -97,56 +110,108 @@ class PrefixCache:
         what is resident already (no smaller than `used_tokens`).
         """
         have = self.match(hash_ids)
-        new = hash_ids[have:]
-        # The whole chain is admitted first, then trimmed back to capacity: that saves pinning and
-        # unpinning the resident prefix (two passes over thousands of blocks) to shield it from
-        # the evictions. New blocks enter leaf first, then the resident prefix, fresher still.
-        pins, sizes, lru = self._pins, self._block_tokens, self._lru
-        for block in reversed(new):
-            pins[block] = 0
-            sizes[block] = block_tokens
-            lru[block] = None
-        self.used_tokens += len(new) * block_tokens
-        self.touch(hash_ids, have)
+        path = self._path(hash_ids, have)
+        # The new blocks are admitted first, then trimmed back to capacity: that saves pinning and
+        # unpinning the resident prefix to shield it from the evictions. They enter as one node,
+        # leaf first, then the resident prefix is refreshed, fresher still.
+        new = None
+        if have < len(hash_ids):
+            new = _Node(list(hash_ids[have:]), block_tokens, 0)
+            self._heads[hash_ids[have]] = new
+            self._resident.update(new.blocks)
+            self._lru[new] = None
+            self.used_tokens += len(new.blocks) * block_tokens
+        self._refresh(path)
         cap = self.capacity_tokens
         if limit is not None and (cap is None or limit < cap):
             cap = limit
-        if cap is None or self.used_tokens <= cap:
-            return len(hash_ids)
-        return self._trim(hash_ids, cap)
+        resident = len(hash_ids)
+        if cap is not None and self.used_tokens > cap:
+            resident = self._trim(new, resident, cap)
+        if new is not None and new.blocks and self.on_added is not None:
+            self.on_added(new.blocks)
+        return resident
 
     def evict(self, tokens: int) -> int:
         """Free at least `tokens` by dropping least recently used unpinned blocks (or all of them
         if that is not enough); returns the tokens freed."""
-        pins, sizes, lru = self._pins, self._block_tokens, self._lru
+        lru = self._lru
         freed = 0
         while freed < tokens and lru:
-            victim, _ = lru.popitem(last=False)
-            del pins[victim]
-            freed += sizes.pop(victim)
+            node = next(iter(lru))
+            freed += self._drop(node, ceil_div(tokens - freed, node.block_tokens), True)
         self.used_tokens -= freed
         self.evicted_tokens += freed
         return freed
 
-    def _trim(self, hash_ids: Sequence[int], cap: int) -> int:
-        """Pop the LRU front until `cap` holds; returns how many blocks of `hash_ids` stay resident.
+    # -- internals ----------------------------------------------------------------------------
+    def _path(self, hash_ids: Sequence[int], n_blocks: int) -> list[_Node]:
+        """The nodes holding the first `n_blocks` (resident) blocks, root side first; the last
+        one is split if the run ends inside it."""
+        heads, path, depth = self._heads, [], 0
+        while depth < n_blocks:
+            node = heads[hash_ids[depth]]
+            depth += len(node.blocks)
+            if depth > n_blocks:
+                node = self._split(node, len(node.blocks) - (depth - n_blocks))
+            path.append(node)
+        return path
 
-        The LRU list reads: older blocks, the new blocks of `hash_ids` (deepest first), then its
-        resident prefix. Older blocks are evicted first, in the order they would have been had
-        the prefix been pinned. Once the deepest new block comes up, nothing older is left, so
-        popping on takes back new blocks deepest first: the longest prefix that fits is kept. The
-        resident prefix is never reached: the cache held it within capacity before the insert.
+    def _split(self, node: _Node, k: int) -> _Node:
+        """Cut `node` after its first `k` blocks; returns the new upper node. The lower part keeps
+        the node (its place in the LRU list: its blocks are the older ones); the upper part joins
+        the LRU list's end if unpinned, for the caller to refresh or pin at once."""
+        upper = _Node(node.blocks[:k], node.block_tokens, node.pins)
+        del node.blocks[:k]
+        self._heads[upper.blocks[0]] = upper
+        self._heads[node.blocks[0]] = node
+        if upper.pins == 0:
+            self._lru[upper] = None
+        return upper
+
+    def _refresh(self, path: list[_Node]) -> None:
+        """Move the unpinned nodes of a path to the LRU list's end, leaf first."""
+        lru = self._lru
+        move = lru.move_to_end
+        for node in reversed(path):
+            if node.pins == 0:
+                move(node)
+
+    def _drop(self, node: _Node, k: int, announce: bool) -> int:
+        """Remove up to `k` deepest blocks of the LRU front `node`; returns the tokens freed."""
+        blocks = node.blocks
+        gone = blocks[-k:] if k < len(blocks) else blocks
+        self._resident.difference_update(gone)
+        if announce and self.on_removed is not None:
+            self.on_removed(gone)
+        if gone is blocks:
+            del self._heads[blocks[0]]
+            self._lru.popitem(last=False)
+            node.blocks = []
+        else:
+            del blocks[-k:]
+        return len(gone) * node.block_tokens
+
+    def _trim(self, new: _Node | None, resident: int, cap: int) -> int:
+        """Evict from the LRU front until `cap` holds; returns how many blocks of the inserted
+        chain (`resident` blocks long) stay resident.
+
+        The LRU list reads: older nodes, the `new` node of the chain, then its resident prefix.
+        Older blocks are evicted first, in the order they would have been had the prefix been
+        pinned. Once `new` comes up, nothing older is left, so evicting on takes back new blocks
+        deepest first: the longest prefix that fits is kept. The resident prefix is never
+        reached: the cache held it within capacity before the insert.
         """
-        pins, sizes, popitem = self._pins, self._block_tokens, self._lru.popitem
-        deepest, resident = hash_ids[-1], len(hash_ids)
+        lru, total = self._lru, resident
         used, evicted = self.used_tokens, 0
         while used > cap:
-            victim, _ = popitem(last=False)
-            del pins[victim]
-            freed = sizes.pop(victim)
+            node = next(iter(lru))
+            fresh = node is new or resident < total    # never resident as far as callers know
+            k = min(len(node.blocks), ceil_div(used - cap, node.block_tokens))
+            freed = self._drop(node, k, not fresh)
             used -= freed
-            if resident < len(hash_ids) or victim == deepest:
-                resident -= 1                   # never resident as far as callers know
+            if fresh:
+                resident -= k
             else:
                 evicted += freed
         self.used_tokens = used

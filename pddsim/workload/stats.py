@@ -48,21 +48,12 @@ def bucket_shares(rates: np.ndarray) -> dict[str, float]:
 
 
 def cached_tokens(workload: Workload, capacity_tokens: int | None = None) -> np.ndarray:
-    """Tokens of each request's longest cached prefix, the cache seeing requests in arrival order.
-
-    Unbounded, nothing is ever evicted, so recency is irrelevant and only the missing suffix of
-    a chain is inserted: the cost is per new block, not per block re-sent (Agent contexts are
-    re-sent every turn). With a capacity the whole chain is inserted to refresh its recency.
-    """
+    """Tokens of each request's longest cached prefix, the cache seeing requests in arrival order."""
     cache = PrefixCache(capacity_tokens)
     result = np.zeros(len(workload), dtype=np.int64)
     for i, r in enumerate(workload.requests):
-        have = cache.match(r.hash_ids)
-        result[i] = min(have * r.block_tokens, r.input_tokens)
-        if capacity_tokens is None:
-            cache.insert(r.hash_ids[have:], r.block_tokens)
-        else:
-            cache.insert(r.hash_ids, r.block_tokens)
+        result[i] = min(cache.match(r.hash_ids) * r.block_tokens, r.input_tokens)
+        cache.insert(r.hash_ids, r.block_tokens)
     return result
 
 
