@@ -49,6 +49,19 @@ def test_insert_never_evicts_its_own_prefix():
     assert 9 not in c and c.match([1, 2, 3, 4]) == 3
 
 
+def test_a_growing_session_context_stays_one_node():
+    """Each turn re-sends the context plus new blocks, pinned while it runs: the turns' nodes
+    merge back once evictable, so the work per turn does not grow with the turns."""
+    c, chain = PrefixCache(capacity_tokens=None), []
+    for turn in range(50):
+        chain += range(turn * 10, turn * 10 + 10)
+        have = c.match(chain)
+        c.pin(chain, have)
+        c.pin(chain[have:], c.insert(chain, 16) - have)
+        c.unpin(chain, len(chain))
+        assert len(c._heads) == 1 and c.match(chain) == len(chain)
+
+
 class ReferenceCache:
     """The semantics of `PrefixCache` at block level, written for clarity instead of speed.
 

@@ -357,4 +357,4 @@ def background_load(env, link: Link, *, mean: float, std: float, period_s: float
         yield daemons.sleep(period_s)
         if not daemons.keep_going():
             return
-        load = float(np.clip(mean + correlation * (load - mean) + rng.normal(0.0, innovation), 0.0, 0.95))
+        load = min(max(mean + correlation * (load - mean) + rng.normal(0.0, innovation), 0.0), 0.95)

@@ -5,7 +5,8 @@ the tree: a lookup is a binary search over the chain against the set of resident
 node is found from its first block alone. A node holds a run of consecutive blocks of one chain
 with one pin count, so pinning, unpinning and refreshing the recency of a prefix cost one step
 per node on its path, not per block (Agent contexts run to thousands of blocks, re-sent every
-turn, in a few dozen nodes). A node is split where an operation stops inside it; nodes never merge.
+turn). A node is split where an operation stops inside it, and merged back into its only child
+when both become evictable together, so an Agent session's context stays a node or two.
 
 Eviction is least-recently-used at block granularity. Recency is refreshed leaf first, so a
 block is never older than the blocks below it, and the blocks of a node sit together in the LRU
@@ -30,21 +31,25 @@ BlocksHook = Callable[[Sequence[int]], None]
 
 
 class _Node:
-    """A run of consecutive resident blocks of one chain, pinned `pins` times."""
+    """A run of consecutive resident blocks of one chain, pinned `pins` times, below `parent`
+    (None: the root), with `children` nodes below its last block."""
 
-    __slots__ = ("blocks", "block_tokens", "pins")
+    __slots__ = ("blocks", "block_tokens", "pins", "parent", "children")
 
-    def __init__(self, blocks: list[int], block_tokens: int, pins: int):
+    def __init__(self, blocks: list[int], block_tokens: int, pins: int, parent: _Node | None,
+                 children: int = 0):
         self.blocks = blocks
         self.block_tokens = block_tokens
         self.pins = pins
+        self.parent = parent
+        self.children = children
 
 
 class PrefixCache:
     """Resident prefix blocks of one instance, bounded by `capacity_tokens` (None: unbounded)."""
 
     __slots__ = ("capacity_tokens", "used_tokens", "pinned_tokens", "evicted_tokens", "on_added",
-                 "on_removed", "_resident", "_heads", "_lru")
+                 "on_removed", "_resident", "_heads", "_lru", "_root")
 
     def __init__(self, capacity_tokens: int | None):
         self.capacity_tokens = capacity_tokens
@@ -56,6 +61,7 @@ class PrefixCache:
         self._resident: set[int] = set()                 # every resident block
         self._heads: dict[int, _Node] = {}               # first block of a node -> the node
         self._lru: OrderedDict[_Node, None] = OrderedDict()  # unpinned nodes, oldest first
+        self._root = _Node([], 0, 0, None)               # parent of the nodes at depth 0
 
     @property
     def evictable_tokens(self) -> int:
@@ -90,13 +96,15 @@ class PrefixCache:
 
     def unpin(self, hash_ids: Sequence[int], n_blocks: int) -> None:
         """Release blocks pinned by `pin`; they become evictable, parents more recent than leaves."""
-        lru = self._lru
+        lru, below = self._lru, None
         for node in reversed(self._path(hash_ids, n_blocks)):
             node.pins -= 1
             if node.pins == 0:
                 lru[node] = None
                 self.pinned_tokens -= len(node.blocks) * node.block_tokens
-            # a node pinned by another request is simply left out of the LRU list
+                below = self._merge(node, below)
+            else:       # pinned by another request: simply left out of the LRU list
+                below = None
 
     def touch(self, hash_ids: Sequence[int], n_blocks: int) -> None:
         """Refresh the recency of the resident blocks among the first `n_blocks`, leaf first."""
@@ -116,7 +124,10 @@ class PrefixCache:
         # leaf first, then the resident prefix is refreshed, fresher still.
         new = None
         if have < len(hash_ids):
-            new = _Node(list(hash_ids[have:]), block_tokens, 0)
+            parent = path[-1] if path else self._root
+            parent.children += 1
+            new = _Node(list(hash_ids[have:]), block_tokens, 0, parent)
+            path.append(new)
             self._heads[hash_ids[have]] = new
             self._resident.update(new.blocks)
             self._lru[new] = None
@@ -128,8 +139,8 @@ class PrefixCache:
         resident = len(hash_ids)
         if cap is not None and self.used_tokens > cap:
             resident = self._trim(new, resident, cap)
-        if new is not None and new.blocks and self.on_added is not None:
-            self.on_added(new.blocks)
+        if resident > have and self.on_added is not None:
+            self.on_added(hash_ids[have:resident])
         return resident
 
     def evict(self, tokens: int) -> int:
@@ -161,7 +172,8 @@ class PrefixCache:
         """Cut `node` after its first `k` blocks; returns the new upper node. The lower part keeps
         the node (its place in the LRU list: its blocks are the older ones); the upper part joins
         the LRU list's end if unpinned, for the caller to refresh or pin at once."""
-        upper = _Node(node.blocks[:k], node.block_tokens, node.pins)
+        upper = _Node(node.blocks[:k], node.block_tokens, node.pins, node.parent, 1)
+        node.parent = upper
         del node.blocks[:k]
         self._heads[upper.blocks[0]] = upper
         self._heads[node.blocks[0]] = node
@@ -171,11 +183,27 @@ class PrefixCache:
 
     def _refresh(self, path: list[_Node]) -> None:
         """Move the unpinned nodes of a path to the LRU list's end, leaf first."""
-        lru = self._lru
-        move = lru.move_to_end
+        move, below = self._lru.move_to_end, None
         for node in reversed(path):
             if node.pins == 0:
                 move(node)
+                below = self._merge(node, below)
+            else:
+                below = None
+
+    def _merge(self, node: _Node, below: _Node | None) -> _Node:
+        """`node` just joined the LRU list's end, right after `below` (None: not so): if `below`
+        is its only child, of the same block size, `below` takes over its blocks and its place
+        (the LRU order of the blocks is unchanged); returns the node now holding them."""
+        if below is None or node.children != 1 or below.block_tokens != node.block_tokens:
+            return node
+        heads = self._heads
+        del heads[below.blocks[0]]
+        below.blocks = node.blocks + below.blocks
+        heads[below.blocks[0]] = below
+        below.parent = node.parent
+        del self._lru[node]
+        return below
 
     def _drop(self, node: _Node, k: int, announce: bool) -> int:
         """Remove up to `k` deepest blocks of the LRU front `node`; returns the tokens freed."""
@@ -187,7 +215,9 @@ class PrefixCache:
         if gone is blocks:
             del self._heads[blocks[0]]
             self._lru.popitem(last=False)
-            node.blocks = []
+            parent = node.parent
+            assert parent is not None          # the root is never dropped
+            parent.children -= 1
         else:
             del blocks[-k:]
         return len(gone) * node.block_tokens
