@@ -206,6 +206,14 @@ def test_agent_chains_subagents_and_think_times(tmp_path):
     assert w.extra["repairs"] == {"think_time missing -> 0": 1, "api_time missing -> 0": 1}
 
 
+def test_agent_ids_are_ranks_whatever_a_request_shares_with_the_one_it_follows(tmp_path):
+    doc = conversation()
+    doc["requests"][-1]["hash_ids"] = [1, 2, 9, 4, 5]     # r4 no longer extends r2's chain
+    w = read_workload(write_conversation(tmp_path / "c.json", doc))
+    assert [r.hash_ids for r in w.requests] == [(0, 1), (6, 7), (6, 7, 8), (0, 1, 2), (9,), (10,),
+                                                (0, 1, 5, 3, 4)]
+
+
 def test_agent_directory_sessions_ids_and_limit(tmp_path):
     write_conversation(tmp_path / "b.json", conversation())
     write_conversation(tmp_path / "a.json.xz", conversation())

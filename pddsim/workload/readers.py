@@ -416,15 +416,31 @@ class _Conversation:
 
     def requests(self, session_id: int, base: int, ids: _Ids,
                  shared: dict[str, tuple[int, ...]]) -> list[TraceRequest]:
-        """The session's requests by arrival, numbered from `base`; a follower never precedes its leader."""
-        local = set().union(*(row.local_ids for row in self.rows))
+        """The session's requests by arrival, numbered from `base`; a follower never precedes its leader.
+
+        A request's chain usually extends the one it follows (an Agent context re-sent with a
+        turn more): only the blocks past that shared chain are renumbered one by one."""
+        rows = self.rows
+        shared_with = [0] * len(rows)            # leading ids equal to those of the row followed
+        local: set[int] = set()
+        for j, row in enumerate(rows):           # a row follows an earlier one in this list
+            if row.follows >= 0:
+                before = rows[row.follows].local_ids
+                if row.local_ids[:len(before)] == before:
+                    shared_with[j] = len(before)
+            local.update(row.local_ids[shared_with[j]:])
         remap = dict(zip(sorted(local), ids.take(len(local))))
-        order = sorted(range(len(self.rows)), key=lambda j: self.rows[j].arrival_s)
+        renumbered: list[tuple[int, ...]] = []
+        for j, row in enumerate(rows):
+            k = shared_with[j]
+            renumbered.append((renumbered[row.follows] if k else ())
+                              + tuple(map(remap.__getitem__, row.local_ids[k:])))
+        order = sorted(range(len(rows)), key=lambda j: rows[j].arrival_s)
         position = {j: base + p for p, j in enumerate(order)}
         out = []
         for j in order:
-            row = self.rows[j]
-            hashes = tuple(map(remap.__getitem__, row.local_ids))
+            row = rows[j]
+            hashes = renumbered[j]
             key, blocks = row.prefix
             if blocks:
                 common = shared.get(key, ())
