@@ -150,7 +150,7 @@ def chain_trees(draw):
     return chains[1:]
 
 
-OPS = ("insert", "insert_limited", "pin", "extend_pin", "unpin", "touch", "evict", "clear")
+OPS = ("insert", "insert_limited", "pin", "extend_pin", "unpin", "touch", "evict", "drain", "crash")
 operations = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 99), st.integers(0, 99)),
                       max_size=60)
 
@@ -192,7 +192,12 @@ def run_against_reference(capacity, chains, ops):
             fast.touch(chain, n), ref.touch(chain, n)
         elif op == "evict":
             assert fast.evict(b % 30) == ref.evict(b % 30), step
-        elif op == "clear":                                 # the requests end, the cache empties
+        elif op == "crash":                                 # the instance loses its memory
+            fast.clear()
+            evicted, pinned[:] = ref.evicted_tokens, []
+            ref.__init__(capacity)
+            ref.evicted_tokens = evicted
+        elif op == "drain":                                 # the requests end, the cache empties
             for chain, n in pinned:
                 fast.unpin(chain, n), ref.unpin(chain, n)
             pinned.clear()

@@ -119,7 +119,7 @@ class Instance:
             assert self.host_load is not None
             self.host_load.cancel(flow)
         if self.cache is not None:
-            self.cache = PrefixCache(self.cache.capacity_tokens)
+            self.cache.clear()
         self._empty()
 
     def restart(self) -> None:

@@ -155,6 +155,15 @@ class PrefixCache:
         self.evicted_tokens += freed
         return freed
 
+    def clear(self) -> None:
+        """Forget every block, pinned or not (the instance lost its memory); `on_removed` hears
+        them all. What was evicted before stays counted."""
+        if self._resident and self.on_removed is not None:
+            self.on_removed(list(self._resident))
+        self.used_tokens = self.pinned_tokens = 0
+        self._resident, self._heads, self._lru = set(), {}, OrderedDict()
+        self._root = _Node([], 0, 0, None)
+
     # -- internals ----------------------------------------------------------------------------
     def _path(self, hash_ids: Sequence[int], n_blocks: int) -> list[_Node]:
         """The nodes holding the first `n_blocks` (resident) blocks, root side first; the last
