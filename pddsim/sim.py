@@ -125,7 +125,10 @@ def run_through_faults(env, daemons, pipeline, replay: Replay,
             raise InvariantError("the run is stuck with no request in flight")
         for req in list(in_flight.values()):
             pipeline.give_up(req, STALLED)
-    run_until(pipeline.drained())       # work of ended requests stalled for good is left as is
+    if not run_until(pipeline.drained()):   # ended requests' work stalled for good: let it go
+        pipeline.abandon_leftovers()
+        if not run_until(pipeline.drained()):
+            raise InvariantError(f"{pipeline.leftovers} piece(s) of ended requests' work never drain")
 
 
 def simulate(cfg: Config, workload: Workload, seed: int | None = None,
@@ -175,6 +178,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     faults = None if cfg.faults is None else FaultInjector(
         env, cfg.faults, pipeline.dep, pipeline, np.random.default_rng([seed, 5]), in_flight)
     dispatch = pipeline.dispatch if faults is None else faults.dispatch
+    if checks is not None and faults is not None:
+        checks.is_down = faults.is_down
 
     def issue(idx: int) -> None:
         req = in_flight[idx] = Request(idx, reqs[idx], env.now, log=timeline is not None)

@@ -39,6 +39,7 @@ class Invariants:
         self.instances = instances
         self.links = links
         self.flows: dict[str, list] = {link.name: [] for link in links}
+        self.is_down = lambda inst: False    # faults: whether an instance is down now
         for link in links:
             self._track_flows(link)
         env.checks.append(self.after_event)
@@ -60,6 +61,10 @@ class Invariants:
             if used > inst.capacity or inst.held < 0:
                 raise InvariantError(f"{inst.name} at {self.env.now} s: KV pool use {used} tokens "
                                      f"(held {inst.held}) outside [0, {inst.capacity}]")
+            if self.is_down(inst) and (used or inst.waiting or inst.prefilling or inst.inbound_tokens):
+                raise InvariantError(f"{inst.name} at {self.env.now} s is down but holds work: "
+                                     f"{used} KV tokens, {len(inst.waiting)} waiting, "
+                                     f"{len(inst.prefilling)} prefilling, {inst.inbound_tokens} inbound")
         for link in self.links:
             if isinstance(link, Fabric):
                 self._check_fabric(link)

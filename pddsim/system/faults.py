@@ -86,6 +86,9 @@ class FaultInjector:
         self.dispatch(again)
 
     # -- instances ----------------------------------------------------------------------------
+    def is_down(self, inst) -> bool:
+        return self._down[inst] > 0
+
     def _instance_fault(self, ev: InstanceFault):
         if ev.instance is not None:
             targets = [i for pool in self.members.values() for i in pool if i.name == ev.instance]

@@ -219,7 +219,7 @@ class PDD(Disaggregated):
         st = req.state
         if st is None or st.final:
             return req.inst is inst if st is None else st.md is inst
-        if req.inst is inst:
+        if req.inst is inst or st.rld is inst:   # (its prompt's KV may be on the way to the RLD)
             return True
         sends_md = st.p is inst and st.wan_flow is not None and not st.wan_flow.done
         if st.md is inst or sends_md:
@@ -253,6 +253,17 @@ class PDD(Disaggregated):
                     self.wan.cancel(flow)
                 st.shadow = None
                 st.md_busy = False
+                self._leftover_done(st)
+
+    def abandon_leftovers(self) -> None:
+        """Token IDs of ended requests stalled on a line that never returns: cancelled, the
+        catch-up KV they would have extended freed."""
+        for st in list(self._leftovers):
+            flow = st.ids_flow
+            if flow is not None and not flow.done:
+                self.wan.cancel(flow)
+                st.md_busy = False
+                self._md_drop(st)
                 self._leftover_done(st)
 
     def transfer_stalled(self, req: Request, flow) -> None:

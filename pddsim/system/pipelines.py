@@ -84,6 +84,9 @@ class Pipeline:
     def instance_lost(self, inst) -> None:
         """`inst` is about to be wiped: work of ended requests on it is lost too."""
 
+    def abandon_leftovers(self) -> None:
+        """The run is over and ended requests' work is stalled for good (faults): let it go."""
+
     def transfer_stalled(self, req: Request, flow) -> None:
         """A transfer of the request outlived `faults.transfer_timeout_s`: it is tried again."""
         assert self.faults is not None
