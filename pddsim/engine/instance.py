@@ -77,6 +77,7 @@ class Instance:
         self.preemptions = 0
         self.kv_peak = 0                      # most KV tokens in use at an iteration boundary
         self.tracer = None                    # a timeline told of every segment, when one is kept
+        self.load_watch: dict | None = None   # a pool's index: told when what routers see may change
         self._empty()
         self.process = env.process(self._run())
 
@@ -181,6 +182,14 @@ class Instance:
             used += self.cache.used_tokens - self._shared
         return used
 
+    def _changed(self) -> None:
+        """What routers see (queued work, KV load) may have changed: called before this instance
+        calls out (a pipeline's hook may route) and before it waits, so a pool's index that reads
+        it at the next pick misses nothing. In between, only a decode run's progress moves the KV
+        load, and only up."""
+        if self.load_watch is not None:
+            self.load_watch[self] = None
+
     def cached_tokens(self, req: Request) -> int:
         if self.cache is None or not req.hash_ids:
             return 0
@@ -235,7 +244,13 @@ class Instance:
         self.pending_prefill_tokens -= req.prefill_left - (req.hit_tokens if not_looked_up else 0)
         self._unpin(req, admitted=False)
         req.inst = None
+        self._changed()
         return True
+
+    def add_inbound(self, tokens: int) -> None:
+        """A prompt of `tokens` is on its way here over RDMA (negative: it landed)."""
+        self.inbound_tokens += tokens
+        self._changed()
 
     def keep_in_cache(self, req: Request) -> None:
         """The prompt's KV reached this instance: its cache keeps what fits (in HBM, in the room
@@ -253,6 +268,7 @@ class Instance:
 
     # -- engine -----------------------------------------------------------------------------------
     def _poke(self) -> None:
+        self._changed()
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         elif self._interruptible:
@@ -267,6 +283,7 @@ class Instance:
             self._admit()
             if not self.prefilling and not self._decoders:
                 self._wake = env.event()
+                self._changed()
                 yield self._wake
                 self._wake = None
                 continue
@@ -276,6 +293,7 @@ class Instance:
             t0 = env.now
             if chunks:                        # one iteration with prefill in it, `plan` seconds
                 self._ctx_end = self.decode_context + len(self._decoders)
+                self._changed()
                 yield env.timeout(plan)
                 self._complete(chunks, 1, t0, plan, plan, plan)
                 continue
@@ -284,6 +302,7 @@ class Instance:
             self._run_in_flight, self._run_t0, self._flight_at = run, t0, -1.0
             self._ctx_end = self.decode_context + len(self._decoders) * k
             self._interruptible = True
+            self._changed()
             try:
                 yield env.timeout(elapsed)
             except simpy.Interrupt as stop:   # new work: stop at the next iteration boundary
@@ -292,6 +311,7 @@ class Instance:
                 k = run.cut(env.now - t0)
                 elapsed = run.elapsed(k)
                 if elapsed > env.now - t0:
+                    self._changed()
                     yield env.timeout(elapsed - (env.now - t0))
             self._interruptible = False
             self._run_in_flight = None
@@ -310,6 +330,7 @@ class Instance:
                 self._dequeue()
                 self._unpin(req, admitted=False)
                 self.pending_prefill_tokens -= req.prefill_left
+                self._changed()
                 self.hooks.failed(req, self, "context exceeds the instance's KV memory")
                 continue
             if running >= self.max_batch or self._free_tokens(need - pinned) < need - pinned:
@@ -488,6 +509,7 @@ class Instance:
             _, _, req = heapq.heappop(heap)
             if req.decoding and req.inst is self and req.finish_iter <= self.iters:
                 self._leave_decoding(req)
+                self._changed()
                 self.hooks.finished(req, self)
 
     def _prefill_done(self, req: Request, now: float) -> None:
@@ -504,6 +526,7 @@ class Instance:
                 self.cache.insert(req.hash_ids, req.block_tokens)
                 self._unpin(req)
         if req.hold:
+            self._changed()
             self.hooks.prefill_done(req, self)     # KV stays held until `release` or `stream`
             return
         self.stream(req)
@@ -519,9 +542,11 @@ class Instance:
         req.reserved = 0
         if req.decode_left <= 0:
             self._unpin(req)
+            self._changed()
             self.hooks.finished(req, self)
         else:
             self._join_decoding(req)
+            self._changed()
 
     def _join_decoding(self, req: Request) -> None:
         req.enter("relay_decode" if self.role == "relay" else "decode", self.env.now)
@@ -551,7 +576,9 @@ class Instance:
         calls, self._at_boundary = self._at_boundary, []
         for req, then, leave in calls:
             if req.decoding and req.inst is self:
-                then(req, self._leave_decoding(req) if leave else self.iters - req.start_iter)
+                made = self._leave_decoding(req) if leave else self.iters - req.start_iter
+                self._changed()
+                then(req, made)
             elif req.inst is self:                # not admitted yet: wait for it to decode
                 self._at_boundary.append((req, then, leave))
 

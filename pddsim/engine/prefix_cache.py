@@ -23,7 +23,7 @@ which cache holds which block keeps itself current through them).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from pddsim.intmath import ceil_div
 
@@ -69,6 +69,10 @@ class PrefixCache:
 
     def __contains__(self, block: int) -> bool:
         return block in self._resident
+
+    def blocks(self) -> Iterable[int]:
+        """Every resident block."""
+        return self._resident
 
     def match(self, hash_ids: Sequence[int]) -> int:
         """Number of leading blocks of the chain that are resident (no side effects)."""

@@ -16,6 +16,7 @@ from pddsim.engine.network import Fabric, Flow, Link, background_load
 from pddsim.engine.perf import PERF_MODELS
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.errors import InputError
+from pddsim.system.pool import Pool
 
 GBIT = 1e9 / 8
 
@@ -23,7 +24,7 @@ GBIT = 1e9 / 8
 @dataclass
 class Deployment:
     model: catalog.ModelSpec
-    pools: dict[str, list[Instance]] = field(default_factory=dict)
+    pools: dict[str, Pool] = field(default_factory=dict)
     rdma: dict[str, Fabric] = field(default_factory=dict)
     wan: Link | None = None
     daemons: Daemons | None = None          # the periodic processes of its environment
@@ -141,7 +142,7 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
                                                           Path(cfg.base_dir))
             cache_tokens, tier = cache_size(cfg, model, cluster, group, capacity, where)
             host = cluster.host_memory if tier == "host" else None
-            pool = dep.pools.setdefault(group.role, [])
+            pool = dep.pools.setdefault(group.role, Pool())
             for _ in range(group.count):
                 name = f"{cname}/{group.role}{len(pool)}"
                 load = None if host is None else Link(env, f"host:{name}", host.load_gb_per_s * 1e9, 0.0)

@@ -163,10 +163,10 @@ class Disaggregated(Pipeline):
         if not streams or src.cluster != dst.cluster:
             return self.send(src, dst, nbytes, on_arrival, req, "prompt KV")
         # inside a cluster the pick decides whose NICs the KV crosses: a router sees it coming
-        dst.inbound_tokens += req.input_tokens
+        dst.add_inbound(req.input_tokens)
 
         def landed():
-            dst.inbound_tokens -= req.input_tokens
+            dst.add_inbound(-req.input_tokens)
             on_arrival()
         return self.send(src, dst, nbytes, landed, req, "prompt KV")
 

@@ -18,17 +18,37 @@ class CacheAffinity:
     """Least queued work, this request's uncached tokens included: a session's next turn goes where
     its prefix is cached unless that instance is backed up by more than the cache saves. On a
     decode-side pool with a decode-side cache this keeps a session on the decoder that holds its
-    prefix (MD and P caches aligned) until that decoder runs out of memory and queues."""
+    prefix (MD and P caches aligned) until that decoder runs out of memory and queues.
+
+    In a `Pool`, only the instances whose cache holds the request's first block can be credited
+    a hit: they are weighed one by one, the rest through the pool's index, where the least loaded
+    of them is the best (a scan when most of the pool holds the block)."""
 
     def pick(self, instances, req):
-        return least_loaded(instances, lambda i: i.queued_tokens + req.input_tokens - i.cached_tokens(req))
+        def work(i):
+            return i.queued_tokens + req.input_tokens - i.cached_tokens(req)
+
+        index = getattr(instances, "routing", None)
+        if index is None:
+            return least_loaded(instances, work)
+        holders = index.holders(req.hash_ids[0]) if req.hash_ids else ()
+        if 4 * len(holders) > len(instances):
+            return least_loaded(index.serving(), work)
+        rest = index.least(skip=holders)
+        candidates = sorted(holders if rest is None else {*holders, rest[2]})
+        return least_loaded([instances[p] for p in candidates], work)
 
 
 class LeastLoaded:
-    """Least queued work, then least KV in use."""
+    """Least queued work, then least KV in use (in a `Pool`, from its index)."""
 
     def pick(self, instances, req):
-        return least_loaded(instances, lambda i: i.queued_tokens)
+        index = getattr(instances, "routing", None)
+        if index is None:
+            return least_loaded(instances, lambda i: i.queued_tokens)
+        best = index.least()
+        assert best is not None, "routing over an empty pool"
+        return instances[best[2]]
 
 
 def least_loaded(instances: Sequence[Instance], work: Callable[[Instance], int]) -> Instance:

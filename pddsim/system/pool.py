@@ -1,0 +1,162 @@
+"""A pool of instances of one role, with what routers need of it kept current so a routing
+decision costs the same in a pool of 4 or of 1,024: the instances ordered by queued work then KV
+load (a heap), and which instances' prefix caches hold a block.
+
+Queued work changes only when an instance's state does, and the instance says so (it marks itself
+in `changed` before any callback and before it waits; see `Instance.load_watch`); the heap is
+brought up to date lazily, at the next pick. KV load also grows between those marks, while a
+decode run is under way (a router sees the iterations run so far), and never shrinks there: the
+heap keys it by the load at the last mark, a lower bound, and a pick computes the exact load of the
+few instances whose bound could still win (and re-keys them by it). A pick is therefore the same as
+a scan of the pool's list (`routers.least_loaded`): least work, then least KV load, then the first.
+"""
+from __future__ import annotations
+
+from functools import partial
+from heapq import heapify, heappop, heappush
+from typing import Iterable
+
+from pddsim.engine.instance import Instance
+
+
+class Pool(list):
+    """The instances of one role (a list, in order), with their `PoolIndex`."""
+
+    def __init__(self, instances: Iterable[Instance] = ()):
+        super().__init__(instances)
+        self.routing = PoolIndex(self)
+
+
+class PoolIndex:
+    """Instances by (queued work, KV load, position in the pool), and block -> positions of the
+    instances whose cache holds it. Built over the pool's instances as they are when first asked
+    (their caches empty or not); an instance that leaves (fails) and returns goes through
+    `leave`/`rejoin`."""
+
+    def __init__(self, pool: list[Instance]):
+        self.pool = pool
+        self._pos: dict[Instance, int] = {}
+        self._heap: list[tuple[int, int, int]] = []     # (queued, KV load at the last mark, pos)
+        self._entry: list[tuple[int, int, int] | None] = []  # each instance's live heap entry
+        self.changed: dict[Instance, None] = {}          # instances marked since the last pick
+        self._holders: dict[int, set[int]] = {}          # block -> positions holding it
+        self._built = 0                                  # instances of the pool indexed so far
+        self._out: set[int] = set()                      # positions of instances that left
+
+    # -- what routers ask -----------------------------------------------------------------------
+    def least(self, skip: frozenset[int] | set[int] = frozenset()) -> tuple[int, int, int] | None:
+        """(queued work, KV load, position) of the least loaded instance, those at positions in
+        `skip` aside (None if none is left): least queued work, then least KV load now, then the
+        first in the pool."""
+        self._refresh()
+        heap, entry, pool = self._heap, self._entry, self.pool
+        best: tuple[int, int, int] | None = None
+        taken = []
+        while heap:
+            e = heap[0]
+            q, lo, pos = e
+            if entry[pos] is not e:                      # superseded: drop it
+                heappop(heap)
+                continue
+            if best is not None and (q, lo, pos) > best:  # nothing further can beat `best`
+                break
+            heappop(heap)
+            if pos not in skip:
+                load = pool[pos].kv_load
+                if load != lo:                           # grew in a decode run: re-key it
+                    e = entry[pos] = (q, load, pos)
+                if best is None or e < best:
+                    best = e
+            taken.append(e)
+        for e in taken:
+            heappush(heap, e)
+        return best
+
+    def holders(self, block: int) -> set[int]:
+        """Positions of the instances in service whose cache holds `block`."""
+        self._refresh()
+        return self._holders.get(block, _NONE)
+
+    def serving(self) -> list[Instance]:
+        """The pool's instances in service, in order (what a scan weighs)."""
+        if not self._out:
+            return self.pool
+        return [inst for pos, inst in enumerate(self.pool) if pos not in self._out]
+
+    # -- instances leaving and returning ----------------------------------------------------------
+    def leave(self, inst: Instance) -> None:
+        """`inst` takes no new work until it rejoins: picks skip it, whatever its cache holds."""
+        self._refresh()
+        pos = self._pos[inst]
+        self._out.add(pos)
+        self._entry[pos] = None
+        inst.load_watch = None
+        self.changed.pop(inst, None)
+        if inst.cache is not None:
+            self._removed(pos, inst.cache.blocks())
+            inst.cache.on_added = inst.cache.on_removed = None
+
+    def rejoin(self, inst: Instance) -> None:
+        """`inst` takes work again; its cache (emptied or replaced) is indexed from now on."""
+        self._refresh()
+        pos = self._pos[inst]
+        self._out.discard(pos)
+        self._watch(inst, pos)
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _refresh(self) -> None:
+        if self._built < len(self.pool):
+            self._build()
+        changed = self.changed
+        if not changed:
+            return
+        heap, entry, pos_of = self._heap, self._entry, self._pos
+        for inst in changed:
+            pos = pos_of[inst]
+            e = (inst.queued_tokens, inst.kv_load, pos)
+            if e != entry[pos]:
+                entry[pos] = e
+                heappush(heap, e)
+        changed.clear()
+        if len(heap) > 4 * len(entry) + 64:              # mostly superseded entries: rebuild
+            heap[:] = [e for e in entry if e is not None]
+            heapify(heap)
+
+    def _build(self) -> None:
+        """Index the pool's instances not indexed yet (all of them, the first time)."""
+        for pos in range(self._built, len(self.pool)):
+            inst = self.pool[pos]
+            self._pos[inst] = pos
+            self._entry.append(None)
+            self._watch(inst, pos)
+        self._built = len(self.pool)
+
+    def _watch(self, inst: Instance, pos: int) -> None:
+        inst.load_watch = self.changed
+        self.changed[inst] = None
+        cache = inst.cache
+        if cache is None:
+            return
+        cache.on_added, cache.on_removed = partial(self._added, pos), partial(self._removed, pos)
+        self._added(pos, cache.blocks())
+
+    def _added(self, pos: int, blocks: Iterable[int]) -> None:
+        holders = self._holders
+        for block in blocks:
+            at = holders.get(block)
+            if at is None:
+                holders[block] = {pos}
+            else:
+                at.add(pos)
+
+    def _removed(self, pos: int, blocks: Iterable[int]) -> None:
+        holders = self._holders
+        for block in blocks:
+            at = holders.get(block)
+            if at is not None:
+                at.discard(pos)
+                if not at:
+                    del holders[block]
+
+
+_NONE: set[int] = set()

@@ -1,0 +1,157 @@
+"""Exactness of the pool index: in random deployments serving random workloads, every pick a
+router makes through a pool's index is the instance a scan of the pool's list picks (least work,
+then least KV load, then the first), whatever the queues, decode runs and caches hold at that
+moment; the caches' hooks keep the block index equal to what they hold."""
+import random
+
+import pytest
+import simpy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pddsim.config import from_dict
+from pddsim.engine.prefix_cache import PrefixCache
+from pddsim.engine.request import Request
+from pddsim.sim import simulate
+from pddsim.system import routers
+from pddsim.system.deployment import build
+from pddsim.system.pool import Pool
+from pddsim.workload.model import TraceRequest, Workload
+
+
+def checked(policy):
+    """`policy`, asserting that each pick through the index is the scan's."""
+    class Checked(policy):
+        picks = {"index": 0, "holders": 0}
+
+        def pick(self, instances, req):
+            fast = super().pick(instances, req)
+            assert isinstance(instances, Pool)
+            scan = super().pick(list(instances), req)
+            assert fast is scan, (req.idx, fast.name, scan.name)
+            Checked.picks["index"] += 1
+            if req.hash_ids and instances.routing.holders(req.hash_ids[0]):
+                Checked.picks["holders"] += 1
+            return fast
+    return Checked
+
+
+def run_checked(cfg, workload, seed=0):
+    with pytest.MonkeyPatch.context() as mp:
+        policies = {name: checked(routers.ROUTERS[name]) for name in ("cache_affinity", "least_loaded")}
+        for name, policy in policies.items():
+            mp.setitem(routers.ROUTERS, name, policy)
+        simulate(cfg, workload, seed=seed)
+    return {name: policy.picks for name, policy in policies.items()}
+
+
+ROUTER = st.sampled_from(("cache_affinity", "least_loaded"))
+
+
+@st.composite
+def deployments(draw):
+    system = draw(st.sampled_from(("colocated", "pd", "pdd")))
+
+    def group(role):   # up to 12 instances of 2 GPUs (~8.5k tokens of KV: queues, preemption)
+        return {"role": role, "count": draw(st.integers(1, 12)), "tp": draw(st.sampled_from((2, 8)))}
+    rdma = {"bandwidth_gbps": draw(st.sampled_from((100, 400)))}
+    if system == "colocated":
+        clusters = {"a": {"gpu": "h100-sxm", "rdma": rdma, "instances": [group("colocated")]}}
+    elif system == "pd":
+        clusters = {"a": {"gpu": "h100-sxm", "rdma": rdma, "instances": [group("prefill"), group("decode")]}}
+    else:
+        clusters = {"a": {"gpu": "h100-sxm", "rdma": rdma, "instances": [group("prefill"), group("relay")]},
+                    "b": {"gpu": "h100-sxm", "rdma": rdma, "instances": [group("decode")]}}
+    raw = {"name": "pool", "model": "llama-3.1-70b", "clusters": clusters,
+           "slo": {"ttft_s": 1.0, "tpot_s": 0.05}, "workload": {"trace": "unused.jsonl"},
+           "prefix_cache": {"decode_tokens": draw(st.sampled_from((0, 4096, None))),
+                            "prefill_tokens": draw(st.sampled_from((2048, None)))},
+           "batching": {"max_batch": draw(st.sampled_from((2, 8, 64))),
+                        "coalesce_decode": draw(st.booleans())},
+           "policies": {"prefill_router": draw(ROUTER), "decode_router": draw(ROUTER),
+                        "relay_router": draw(ROUTER)}}
+    if system == "pdd":
+        raw["wan"] = {"bandwidth_gbps": draw(st.sampled_from((10, 100))), "rtt_ms": 20}
+        raw["pdd"] = {"handoff": draw(st.sampled_from(("one_shot", "catch_up")))}
+    return from_dict(raw, "pool")
+
+
+@st.composite
+def workloads(draw):
+    chains = [list(range(c * 1000, c * 1000 + 60)) for c in range(6)]   # prompts sharing prefixes
+    reqs, t = [], 0.0
+    for _ in range(draw(st.integers(1, 40))):
+        t += draw(st.sampled_from((0.0, 0.001, 0.05, 0.3)))
+        blocks = draw(st.integers(1, 60))
+        chain = draw(st.sampled_from(chains))[:blocks]
+        reqs.append(TraceRequest(arrival_s=t, input_tokens=64 * blocks - draw(st.integers(0, 63)),
+                                 output_tokens=draw(st.integers(1, 300)), hash_ids=tuple(chain),
+                                 block_tokens=64))
+    return Workload(reqs)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=deployments(), w=workloads(), seed=st.integers(0, 3))
+def test_every_pick_through_the_index_is_the_scans(cfg, w, seed):
+    run_checked(cfg, w, seed)
+
+
+def test_sessions_on_a_large_pool_pick_as_the_scan_does_and_use_the_block_index(make_config):
+    # 16 prefill and 16 decode instances with decode-side caches, sessions re-sending their
+    # growing contexts: most picks weigh a few holders of the prefix against the index's best.
+    cfg = make_config(roles=(("prefill", 16), ("decode", 16)), prefix_cache={"decode_tokens": None},
+                      policies={"decode_router": "cache_affinity"}, batching={"max_batch": 8})
+    rng = random.Random(3)
+    reqs, t = [], 0.0
+    contexts = {s: [] for s in range(24)}
+    for _ in range(400):
+        t += rng.expovariate(40.0)
+        s = rng.randrange(24)
+        contexts[s] += [s * 10_000 + len(contexts[s]) + i for i in range(rng.randint(1, 8))]
+        reqs.append(TraceRequest(arrival_s=t, input_tokens=100 * len(contexts[s]),
+                                 output_tokens=rng.randint(1, 200), hash_ids=tuple(contexts[s]),
+                                 block_tokens=100))
+    picks = run_checked(cfg, Workload(reqs))
+    assert picks["cache_affinity"]["holders"] > 300     # both pools, most turns after the first
+
+
+def test_an_instance_that_left_is_not_picked_until_it_rejoins(make_config):
+    cfg = make_config(roles=(("prefill", 3), ("decode", 1)))
+    pool = build(simpy.Environment(), cfg, hooks=None, seed=0).pools["prefill"]
+    req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=200, output_tokens=1, hash_ids=(7, 8),
+                                  block_tokens=100), 0.0)
+    affinity, least = routers.CacheAffinity(), routers.LeastLoaded()
+    assert least.pick(pool, req) is pool[0]             # all idle: the first
+    pool.routing.leave(pool[0])
+    assert least.pick(pool, req) is pool[1]
+    pool[0].cache.insert(req.hash_ids, 100)            # what it holds does not attract work now
+    assert affinity.pick(pool, req) is pool[1]
+    pool[2].cache.insert(req.hash_ids, 100)            # nor when the pick is a scan
+    assert affinity.pick(pool, req) is pool[2]
+    pool.routing.rejoin(pool[0])
+    assert affinity.pick(pool, req) is pool[0]
+    assert least.pick(pool, req) is pool[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(("insert", "evict", "pin")), st.integers(0, 5),
+                              st.integers(1, 12)), max_size=40),
+       capacity=st.sampled_from((None, 600, 1500)))
+def test_cache_hooks_report_exactly_what_the_cache_holds(ops, capacity):
+    cache, held, pinned = PrefixCache(capacity), set(), []
+    cache.on_added = held.update
+    cache.on_removed = held.difference_update
+    chains = [tuple(range(c * 100, c * 100 + 12)) for c in range(6)]
+    for op, c, n in ops:
+        chain = chains[c][:n]
+        if op == "insert":
+            cache.insert(chain, 100, None)
+        elif op == "evict":
+            cache.evict(100 * n)
+        else:
+            if pinned:
+                cache.unpin(*pinned.pop())
+            k = cache.match(chain)
+            cache.pin(chain, k)
+            pinned.append((chain, k))
+        assert held == set(cache.blocks())
