@@ -158,26 +158,29 @@ class Link:
 
 
 class FabricFlow(Flow):
-    """A flow across a fabric: the ports it crosses and the rate it gets now."""
+    """A flow across a fabric: the ports it crosses, the rate it gets now, its rank among the
+    fabric's flows (the order rates are allocated in)."""
 
-    __slots__ = ("path", "rate")
+    __slots__ = ("path", "rate", "seq")
 
-    def __init__(self, size: float, path: tuple, on_delivered: Callable[[], None]):
+    def __init__(self, size: float, path: tuple, on_delivered: Callable[[], None], seq: int):
         super().__init__(size, 0.0, on_delivered)
         self.path = path
         self.rate = 0.0
+        self.seq = seq
 
 
 class Port:
     """One capacity flows cross: an endpoint's sending or receiving NICs, or the fabric's core."""
 
-    __slots__ = ("name", "capacity_Bps", "left", "unfixed")
+    __slots__ = ("name", "capacity_Bps", "left", "unfixed", "flows")
 
     def __init__(self, name: str, capacity_Bps: float):
         self.name = name
         self.capacity_Bps = capacity_Bps
         self.left = 0.0                      # scratch of the rate allocation
         self.unfixed = 0
+        self.flows: dict[FabricFlow, None] = {}   # the flows crossing it now
 
 
 class Fabric:
@@ -188,7 +191,12 @@ class Fabric:
     a port is full, fix the flows crossing it at that rate, repeat. Rates are recomputed when a
     flow starts or ends, or a capacity changes: one event per change, not per packet. So a bigger
     cluster at the same load per endpoint is no slower, and a receiver fed by many senders is the
-    bottleneck it is in a real network (incast)."""
+    bottleneck it is in a real network (incast).
+
+    Flows that share no port, even through other flows, do not affect each other's rates, and the
+    filling gives each such group the rates it would give it alone (bit for bit: its ports and
+    flows are taken in the same order). So a start or an end re-allocates only the group of the
+    ports it touches: without a core, a few flows however large the cluster."""
 
     def __init__(self, env, name: str, latency_s: float, core_Bps: float | None = None):
         self.env = env
@@ -201,7 +209,8 @@ class Fabric:
         self.busy_s = 0.0
         self._tx: dict[object, Port] = {}
         self._rx: dict[object, Port] = {}
-        self._flows: list[FabricFlow] = []
+        self._flows: list[FabricFlow] = []  # in the order they started
+        self._seq = 0
         self._last_s = 0.0
         self._gen = 0
 
@@ -227,14 +236,17 @@ class Fabric:
         self._advance()
         path = (self._tx[src], self._rx[dst]) if self.core is None \
             else (self._tx[src], self.core, self._rx[dst])
-        flow = FabricFlow(float(nbytes), path, on_delivered)
+        self._seq += 1
+        flow = FabricFlow(float(nbytes), path, on_delivered, self._seq)
         self.flows_started += 1
         if nbytes <= 0:
             flow.done = True
             deliver(self.env, self.latency_s, flow)
             return flow
         self._flows.append(flow)
-        self._reschedule()
+        for p in path:
+            p.flows[flow] = None
+        self._reschedule(path)
         return flow
 
     def cancel(self, flow: FabricFlow) -> None:
@@ -245,7 +257,8 @@ class Fabric:
         flow.done = True
         self.bytes_carried += flow.sent
         self._flows.remove(flow)
-        self._reschedule()
+        self._leave(flow)
+        self._reschedule(flow.path)
 
     def set_scale(self, scale: float) -> None:
         """Run every port at `scale` of its capacity (a degraded or failed fabric)."""
@@ -277,9 +290,28 @@ class Fabric:
             self.busy_s += dt
         self._last_s = now
 
-    def _allocate(self) -> None:
-        """Max-min fair rates by progressive filling."""
-        flows = self._flows
+    def _leave(self, flow: FabricFlow) -> None:
+        for p in flow.path:
+            del p.flows[flow]
+
+    def _group(self, ports) -> list[FabricFlow]:
+        """The flows joined to `ports` through shared ports, in the fabric's order."""
+        seen, todo, flows = set(ports), list(ports), {}
+        while todo:
+            for f in todo.pop().flows:
+                if f not in flows:
+                    flows[f] = None
+                    for p in f.path:
+                        if p not in seen:
+                            seen.add(p)
+                            todo.append(p)
+        return sorted(flows, key=_seq)
+
+    def _allocate(self, flows: list[FabricFlow]) -> None:
+        """Max-min fair rates of `flows` (all the flows crossing their ports) by progressive
+        filling."""
+        if not flows:
+            return
         if len(flows) == 1:
             flows[0].rate = self.scale * min(p.capacity_Bps for p in flows[0].path)
             return
@@ -307,11 +339,14 @@ class Fabric:
                     rest.append(f)
             unfixed = rest
 
-    def _reschedule(self) -> None:
+    def _reschedule(self, touched=None) -> None:
+        """Re-allocate the rates of the group of the `touched` ports (None: of every flow), and
+        schedule the next end."""
         self._gen += 1
         if not self._flows:
             return
-        self._allocate()
+        self._allocate(self._flows if touched is None or self.core is not None
+                       else self._group(touched))
         delay = min(((f.size - f.sent) / f.rate if f.rate > 0 else float("inf")) for f in self._flows)
         if delay != float("inf"):
             gen = self._gen
@@ -321,7 +356,7 @@ class Fabric:
         if gen != self._gen:
             return
         self._advance()
-        finished, active = [], []
+        finished, active, touched = [], [], {}
         tol_s = 1e-12 * max(1.0, self.env.now)   # above the clock's float resolution
         for f in self._flows:
             if f.size - f.sent <= max(1e-9 * f.size, f.rate * tol_s):
@@ -329,12 +364,18 @@ class Fabric:
                 f.sent = f.size
                 self.bytes_carried += f.size
                 finished.append(f)
+                self._leave(f)
+                touched.update(dict.fromkeys(f.path))
             else:
                 active.append(f)
         self._flows = active
-        self._reschedule()
+        self._reschedule(touched)
         for f in finished:
             deliver(self.env, self.latency_s, f)
+
+
+def _seq(flow: FabricFlow) -> int:
+    return flow.seq
 
 
 def deliver(env, latency_s: float, flow: Flow) -> None:
