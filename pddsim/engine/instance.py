@@ -154,6 +154,12 @@ class Instance:
         return self.held + self.decode_context + self.waiting_tokens
 
     @property
+    def kv_load_floor(self) -> int:
+        """`kv_load` without the iterations of the decode run under way: never above it until
+        this instance's state next changes (a pool's index keys instances by it)."""
+        return self.held + self._ctx_base + len(self._decoders) * self.iters + self.waiting_tokens
+
+    @property
     def kv_in_use(self) -> int:
         """KV tokens held now: admitted prompts and KV kept for transfers, plus every decoder's."""
         return self.held + self.decode_context

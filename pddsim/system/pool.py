@@ -6,8 +6,9 @@ Queued work changes only when an instance's state does, and the instance says so
 in `changed` before any callback and before it waits; see `Instance.load_watch`); the heap is
 brought up to date lazily, at the next pick. KV load also grows between those marks, while a
 decode run is under way (a router sees the iterations run so far), and never shrinks there: the
-heap keys it by the load at the last mark, a lower bound, and a pick computes the exact load of the
-few instances whose bound could still win (and re-keys them by it). A pick is therefore the same as
+heap keys it by a lower bound (the load without the run under way, `Instance.kv_load_floor`), and a
+pick computes the exact load of the few instances whose bound could still win (and re-keys them by
+it). A pick is therefore the same as
 a scan of the pool's list (`routers.least_loaded`): least work, then least KV load, then the first.
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ class PoolIndex:
     def __init__(self, pool: list[Instance]):
         self.pool = pool
         self._pos: dict[Instance, int] = {}
-        self._heap: list[tuple[int, int, int]] = []     # (queued, KV load at the last mark, pos)
+        self._heap: list[tuple[int, int, int]] = []     # (queued, a floor of the KV load, pos)
         self._entry: list[tuple[int, int, int] | None] = []  # each instance's live heap entry
         self.changed: dict[Instance, None] = {}          # instances marked since the last pick
         self._holders: dict[int, set[int]] = {}          # block -> positions holding it
@@ -113,7 +114,7 @@ class PoolIndex:
         heap, entry, pos_of = self._heap, self._entry, self._pos
         for inst in changed:
             pos = pos_of[inst]
-            e = (inst.queued_tokens, inst.kv_load, pos)
+            e = (inst.queued_tokens, inst.kv_load_floor, pos)
             if e != entry[pos]:
                 entry[pos] = e
                 heappush(heap, e)
