@@ -54,7 +54,7 @@ def deployments(draw):
 
     def group(role):   # up to 12 instances of 2 GPUs (~8.5k tokens of KV: queues, preemption)
         return {"role": role, "count": draw(st.integers(1, 12)), "tp": draw(st.sampled_from((2, 8)))}
-    rdma = {"bandwidth_gbps": draw(st.sampled_from((100, 400)))}
+    rdma = {"bandwidth_gbps": draw(st.sampled_from((100, 400))), "rtt_ms": 0.02}
     if system == "colocated":
         clusters = {"a": {"gpu": "h100-sxm", "rdma": rdma, "instances": [group("colocated")]}}
     elif system == "pd":
@@ -100,6 +100,7 @@ def test_sessions_on_a_large_pool_pick_as_the_scan_does_and_use_the_block_index(
     # 16 prefill and 16 decode instances with decode-side caches, sessions re-sending their
     # growing contexts: most picks weigh a few holders of the prefix against the index's best.
     cfg = make_config(roles=(("prefill", 16), ("decode", 16)), prefix_cache={"decode_tokens": None},
+                      clusters__a__rdma={"bandwidth_gbps": 400, "rtt_ms": 0.02},
                       policies={"decode_router": "cache_affinity"}, batching={"max_batch": 8})
     rng = random.Random(3)
     reqs, t = [], 0.0
