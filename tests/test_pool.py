@@ -70,6 +70,9 @@ def deployments(draw):
                         "coalesce_decode": draw(st.booleans())},
            "policies": {"prefill_router": draw(ROUTER), "decode_router": draw(ROUTER),
                         "relay_router": draw(ROUTER)}}
+    if draw(st.booleans()):      # instances fail and come back: pools lose and regain members
+        roles = [g["role"] for c in clusters.values() for g in c["instances"]]
+        raw["faults"] = {"random": [{"role": draw(st.sampled_from(roles)), "mtbf_s": 0.5, "mttr_s": 0.2}]}
     if system == "pdd":
         raw["wan"] = {"bandwidth_gbps": draw(st.sampled_from((10, 100))), "rtt_ms": 20}
         raw["pdd"] = {"handoff": draw(st.sampled_from(("one_shot", "catch_up")))}
@@ -116,22 +119,24 @@ def test_sessions_on_a_large_pool_pick_as_the_scan_does_and_use_the_block_index(
     assert picks["cache_affinity"]["holders"] > 300     # both pools, most turns after the first
 
 
-def test_an_instance_that_left_is_not_picked_until_it_rejoins(make_config):
+def test_an_instance_that_left_is_not_picked_until_it_is_back_at_its_place(make_config):
     cfg = make_config(roles=(("prefill", 3), ("decode", 1)))
     pool = build(simpy.Environment(), cfg, hooks=None, seed=0).pools["prefill"]
+    first = pool[0]
     req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=200, output_tokens=1, hash_ids=(7, 8),
                                   block_tokens=100), 0.0)
     affinity, least = routers.CacheAffinity(), routers.LeastLoaded()
-    assert least.pick(pool, req) is pool[0]             # all idle: the first
-    pool.routing.leave(pool[0])
-    assert least.pick(pool, req) is pool[1]
-    pool[0].cache.insert(req.hash_ids, 100)            # what it holds does not attract work now
-    assert affinity.pick(pool, req) is pool[1]
-    pool[2].cache.insert(req.hash_ids, 100)            # nor when the pick is a scan
-    assert affinity.pick(pool, req) is pool[2]
-    pool.routing.rejoin(pool[0])
-    assert affinity.pick(pool, req) is pool[0]
+    assert least.pick(pool, req) is first               # all idle: the first
+    pool.remove(first)
     assert least.pick(pool, req) is pool[0]
+    first.cache.insert(req.hash_ids, 100)               # what it holds does not attract work now
+    assert affinity.pick(pool, req) is pool[0]
+    pool[1].cache.insert(req.hash_ids, 100)            # nor when the pick is a scan
+    assert affinity.pick(pool, req) is pool[1]
+    pool.append(first)
+    assert pool[0] is first                             # back at its place, its cache indexed
+    assert affinity.pick(pool, req) is first
+    assert least.pick(pool, req) is first
 
 
 @settings(max_examples=40, deadline=None)

@@ -296,7 +296,8 @@ class Fabric:
 
     def _group(self, ports) -> list[FabricFlow]:
         """The flows joined to `ports` through shared ports, in the fabric's order."""
-        seen, todo, flows = set(ports), list(ports), {}
+        seen, todo = set(ports), list(ports)
+        flows: dict[FabricFlow, None] = {}
         while todo:
             for f in todo.pop().flows:
                 if f not in flows:

@@ -285,7 +285,7 @@ class PDD(Disaggregated):
         flow = st.rld_flow
         if flow is not None and not flow.done:
             self.dep.carrier(st.p, st.rld).cancel(flow)
-            st.rld.inbound_tokens -= req.input_tokens
+            st.rld.add_inbound(-req.input_tokens)
             self._transfer_done(req)
         st.rld = None                           # `_relay_has_prompt` finds it gone
         flow = st.ids_flow

@@ -142,7 +142,7 @@ class Disaggregated(Pipeline):
         if flow is not None and not flow.done:
             self.dep.carrier(p, d).cancel(flow)
             if p.cluster == d.cluster:
-                d.inbound_tokens -= req.input_tokens
+                d.add_inbound(-req.input_tokens)
         p.release(req)
 
     def ship_kv(self, req: Request, src, dst, on_arrival, *, streams: bool) -> object:

@@ -8,8 +8,8 @@ brought up to date lazily, at the next pick. KV load also grows between those ma
 decode run is under way (a router sees the iterations run so far), and never shrinks there: the
 heap keys it by a lower bound (the load without the run under way, `Instance.kv_load_floor`), and a
 pick computes the exact load of the few instances whose bound could still win (and re-keys them by
-it). A pick is therefore the same as
-a scan of the pool's list (`routers.least_loaded`): least work, then least KV load, then the first.
+it). A pick is therefore the same as a scan of the pool's list (`routers.least_loaded`): least
+work, then least KV load, then the first.
 """
 from __future__ import annotations
 
@@ -21,28 +21,39 @@ from pddsim.engine.instance import Instance
 
 
 class Pool(list):
-    """The instances of one role (a list, in order), with their `PoolIndex`."""
+    """The instances of one role in service (a list, in order), with their `PoolIndex`. An
+    instance leaves with `remove` (it failed) and comes back with `append`, at its place."""
 
     def __init__(self, instances: Iterable[Instance] = ()):
-        super().__init__(instances)
-        self.routing = PoolIndex(self)
+        super().__init__()
+        self.routing = PoolIndex()
+        for inst in instances:
+            self.append(inst)
+
+    def append(self, inst: Instance) -> None:
+        pos, position = self.routing.join(inst), self.routing.position
+        if not self or position(self[-1]) < pos:
+            super().append(inst)
+        else:
+            self.insert(sum(1 for other in self if position(other) < pos), inst)
+
+    def remove(self, inst: Instance) -> None:
+        super().remove(inst)
+        self.routing.leave(inst)
 
 
 class PoolIndex:
-    """Instances by (queued work, KV load, position in the pool), and block -> positions of the
-    instances whose cache holds it. Built over the pool's instances as they are when first asked
-    (their caches empty or not); an instance that leaves (fails) and returns goes through
-    `leave`/`rejoin`."""
+    """A pool's members (every instance it ever had, in order) by (queued work, KV load,
+    position), and block -> positions of the members whose cache holds it; the members out of
+    service are left out of both."""
 
-    def __init__(self, pool: list[Instance]):
-        self.pool = pool
+    def __init__(self):
+        self.members: list[Instance] = []
         self._pos: dict[Instance, int] = {}
         self._heap: list[tuple[int, int, int]] = []     # (queued, a floor of the KV load, pos)
-        self._entry: list[tuple[int, int, int] | None] = []  # each instance's live heap entry
-        self.changed: dict[Instance, None] = {}          # instances marked since the last pick
+        self._entry: list[tuple[int, int, int] | None] = []  # each member's live heap entry
+        self.changed: dict[Instance, None] = {}          # members marked since the last pick
         self._holders: dict[int, set[int]] = {}          # block -> positions holding it
-        self._built = 0                                  # instances of the pool indexed so far
-        self._out: set[int] = set()                      # positions of instances that left
 
     # -- what routers ask -----------------------------------------------------------------------
     def least(self, skip: frozenset[int] | set[int] = frozenset()) -> tuple[int, int, int] | None:
@@ -50,7 +61,7 @@ class PoolIndex:
         `skip` aside (None if none is left): least queued work, then least KV load now, then the
         first in the pool."""
         self._refresh()
-        heap, entry, pool = self._heap, self._entry, self.pool
+        heap, entry, members = self._heap, self._entry, self.members
         best: tuple[int, int, int] | None = None
         taken = []
         while heap:
@@ -63,7 +74,7 @@ class PoolIndex:
                 break
             heappop(heap)
             if pos not in skip:
-                load = pool[pos].kv_load
+                load = members[pos].kv_load
                 if load != lo:                           # grew in a decode run: re-key it
                     e = entry[pos] = (q, load, pos)
                 if best is None or e < best:
@@ -74,22 +85,28 @@ class PoolIndex:
         return best
 
     def holders(self, block: int) -> set[int]:
-        """Positions of the instances in service whose cache holds `block`."""
+        """Positions of the members in service whose cache holds `block`."""
         self._refresh()
         return self._holders.get(block, _NONE)
 
-    def serving(self) -> list[Instance]:
-        """The pool's instances in service, in order (what a scan weighs)."""
-        if not self._out:
-            return self.pool
-        return [inst for pos, inst in enumerate(self.pool) if pos not in self._out]
+    def position(self, inst: Instance) -> int:
+        return self._pos[inst]
 
-    # -- instances leaving and returning ----------------------------------------------------------
+    # -- members joining, leaving and returning ------------------------------------------------------
+    def join(self, inst: Instance) -> int:
+        """`inst` is in service (new, or back with its cache emptied or replaced); its position."""
+        pos = self._pos.get(inst)
+        if pos is None:
+            pos = self._pos[inst] = len(self.members)
+            self.members.append(inst)
+            self._entry.append(None)
+        self._watch(inst, pos)
+        return pos
+
     def leave(self, inst: Instance) -> None:
-        """`inst` takes no new work until it rejoins: picks skip it, whatever its cache holds."""
+        """`inst` takes no new work until it joins again: picks skip it, whatever its cache holds."""
         self._refresh()
         pos = self._pos[inst]
-        self._out.add(pos)
         self._entry[pos] = None
         inst.load_watch = None
         self.changed.pop(inst, None)
@@ -97,17 +114,8 @@ class PoolIndex:
             self._removed(pos, inst.cache.blocks())
             inst.cache.on_added = inst.cache.on_removed = None
 
-    def rejoin(self, inst: Instance) -> None:
-        """`inst` takes work again; its cache (emptied or replaced) is indexed from now on."""
-        self._refresh()
-        pos = self._pos[inst]
-        self._out.discard(pos)
-        self._watch(inst, pos)
-
     # -- internals ----------------------------------------------------------------------------------
     def _refresh(self) -> None:
-        if self._built < len(self.pool):
-            self._build()
         changed = self.changed
         if not changed:
             return
@@ -122,15 +130,6 @@ class PoolIndex:
         if len(heap) > 4 * len(entry) + 64:              # mostly superseded entries: rebuild
             heap[:] = [e for e in entry if e is not None]
             heapify(heap)
-
-    def _build(self) -> None:
-        """Index the pool's instances not indexed yet (all of them, the first time)."""
-        for pos in range(self._built, len(self.pool)):
-            inst = self.pool[pos]
-            self._pos[inst] = pos
-            self._entry.append(None)
-            self._watch(inst, pos)
-        self._built = len(self.pool)
 
     def _watch(self, inst: Instance, pos: int) -> None:
         inst.load_watch = self.changed

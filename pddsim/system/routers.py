@@ -33,10 +33,10 @@ class CacheAffinity:
             return least_loaded(instances, work)
         holders = index.holders(req.hash_ids[0]) if req.hash_ids else ()
         if 4 * len(holders) > len(instances):
-            return least_loaded(index.serving(), work)
+            return least_loaded(instances, work)
         rest = index.least(skip=holders)
         candidates = sorted(holders if rest is None else {*holders, rest[2]})
-        return least_loaded([instances[p] for p in candidates], work)
+        return least_loaded([index.members[p] for p in candidates], work)
 
 
 class LeastLoaded:
@@ -48,7 +48,7 @@ class LeastLoaded:
             return least_loaded(instances, lambda i: i.queued_tokens)
         best = index.least()
         assert best is not None, "routing over an empty pool"
-        return instances[best[2]]
+        return index.members[best[2]]
 
 
 def least_loaded(instances: Sequence[Instance], work: Callable[[Instance], int]) -> Instance:
