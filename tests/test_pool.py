@@ -38,6 +38,7 @@ def checked(policy):
 
 def run_checked(cfg, workload, seed=0):
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(routers, "SCAN_UP_TO", 0)            # every pool through its index
         policies = {name: checked(routers.ROUTERS[name]) for name in ("cache_affinity", "least_loaded")}
         for name, policy in policies.items():
             mp.setitem(routers.ROUTERS, name, policy)
@@ -119,7 +120,8 @@ def test_sessions_on_a_large_pool_pick_as_the_scan_does_and_use_the_block_index(
     assert picks["cache_affinity"]["holders"] > 300     # both pools, most turns after the first
 
 
-def test_an_instance_that_left_is_not_picked_until_it_is_back_at_its_place(make_config):
+def test_an_instance_that_left_is_not_picked_until_it_is_back_at_its_place(make_config, monkeypatch):
+    monkeypatch.setattr(routers, "SCAN_UP_TO", 0)
     cfg = make_config(roles=(("prefill", 3), ("decode", 1)))
     pool = build(simpy.Environment(), cfg, hooks=None, seed=0).pools["prefill"]
     first = pool[0]

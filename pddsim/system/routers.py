@@ -14,13 +14,21 @@ class Router(Protocol):
     def pick(self, instances: Sequence[Instance], req: Request) -> Instance: ...
 
 
+SCAN_UP_TO = 16   # pools this small are scanned: cheaper than asking their index
+
+
+def _index(instances: Sequence[Instance]):
+    """The pool's index when it pays to ask it (a `Pool` larger than SCAN_UP_TO), else None."""
+    return getattr(instances, "routing", None) if len(instances) > SCAN_UP_TO else None
+
+
 class CacheAffinity:
     """Least queued work, this request's uncached tokens included: a session's next turn goes where
     its prefix is cached unless that instance is backed up by more than the cache saves. On a
     decode-side pool with a decode-side cache this keeps a session on the decoder that holds its
     prefix (MD and P caches aligned) until that decoder runs out of memory and queues.
 
-    In a `Pool`, only the instances whose cache holds the request's first block can be credited
+    In a large `Pool`, only the instances whose cache holds the request's first block can be credited
     a hit: they are weighed one by one, the rest through the pool's index, where the least loaded
     of them is the best (a scan when most of the pool holds the block)."""
 
@@ -28,7 +36,7 @@ class CacheAffinity:
         def work(i):
             return i.queued_tokens + req.input_tokens - i.cached_tokens(req)
 
-        index = getattr(instances, "routing", None)
+        index = _index(instances)
         if index is None:
             return least_loaded(instances, work)
         holders = index.holders(req.hash_ids[0]) if req.hash_ids else ()
@@ -40,10 +48,10 @@ class CacheAffinity:
 
 
 class LeastLoaded:
-    """Least queued work, then least KV in use (in a `Pool`, from its index)."""
+    """Least queued work, then least KV in use (in a large `Pool`, from its index)."""
 
     def pick(self, instances, req):
-        index = getattr(instances, "routing", None)
+        index = _index(instances)
         if index is None:
             return least_loaded(instances, lambda i: i.queued_tokens)
         best = index.least()
