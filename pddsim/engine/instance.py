@@ -274,7 +274,8 @@ class Instance:
 
     # -- engine -----------------------------------------------------------------------------------
     def _poke(self) -> None:
-        self._changed()
+        if (watch := self.load_watch) is not None:   # `_changed`, inline: a hot path
+            watch[self] = None
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         elif self._interruptible:
@@ -289,7 +290,8 @@ class Instance:
             self._admit()
             if not self.prefilling and not self._decoders:
                 self._wake = env.event()
-                self._changed()
+                if (watch := self.load_watch) is not None:   # `_changed`, inline: a hot path
+                    watch[self] = None
                 yield self._wake
                 self._wake = None
                 continue
@@ -299,7 +301,8 @@ class Instance:
             t0 = env.now
             if chunks:                        # one iteration with prefill in it, `plan` seconds
                 self._ctx_end = self.decode_context + len(self._decoders)
-                self._changed()
+                if (watch := self.load_watch) is not None:
+                    watch[self] = None
                 yield env.timeout(plan)
                 self._complete(chunks, 1, t0, plan, plan, plan)
                 continue
@@ -308,7 +311,8 @@ class Instance:
             self._run_in_flight, self._run_t0, self._flight_at = run, t0, -1.0
             self._ctx_end = self.decode_context + len(self._decoders) * k
             self._interruptible = True
-            self._changed()
+            if (watch := self.load_watch) is not None:
+                watch[self] = None
             try:
                 yield env.timeout(elapsed)
             except simpy.Interrupt as stop:   # new work: stop at the next iteration boundary

@@ -341,12 +341,13 @@ class Fabric:
             unfixed = rest
 
     def _reschedule(self, touched=None) -> None:
-        """Re-allocate the rates of the group of the `touched` ports (None: of every flow), and
-        schedule the next end."""
+        """Re-allocate the rates of the group of the `touched` ports (of every flow when None, or
+        when there are too few flows for the group to be worth finding), and schedule the next end."""
         self._gen += 1
         if not self._flows:
             return
-        self._allocate(self._flows if touched is None or self.core is not None
+        flows = self._flows
+        self._allocate(flows if touched is None or self.core is not None or len(flows) <= 4
                        else self._group(touched))
         delay = min(((f.size - f.sent) / f.rate if f.rate > 0 else float("inf")) for f in self._flows)
         if delay != float("inf"):
