@@ -58,6 +58,9 @@ class Instance:
         self.env = env
         self.name = name
         self.role = role
+        self._prefill_side = role in ("prefill", "colocated")
+        self._queue_stage = QUEUE_STAGE[role]
+        self._decode_stage = "relay_decode" if role == "relay" else "decode"
         self.cluster = cluster
         self.perf = perf
         self.capacity = kv_capacity_tokens
@@ -132,6 +135,8 @@ class Instance:
     def decode_context(self) -> int:
         """KV tokens of the decoders, counting the iterations already run in a decode run under
         way (a router must see the load that a one-iteration-at-a-time engine would show)."""
+        if self._run_in_flight is None:
+            return self._ctx_base + len(self._decoders) * self.iters
         return self._ctx_base + len(self._decoders) * (self.iters + self._iters_in_flight())
 
     def _iters_in_flight(self) -> int:
@@ -174,7 +179,7 @@ class Instance:
         """Work accepted but not done: prefill tokens still to compute on a prefill-side instance
         (net of the prefix hits they will get), tokens waiting for admission (memory) on a decoder,
         and the prompts whose KV is on its way to it over RDMA (it takes them when it lands)."""
-        return self.pending_prefill_tokens if self.role in ("prefill", "colocated") \
+        return self.pending_prefill_tokens if self._prefill_side \
             else self.waiting_tokens + self.inbound_tokens
 
     @property
@@ -220,10 +225,12 @@ class Instance:
         req.uses_cache = use_cache
         req.decoding = False
         if req.stage != "handoff":            # an MD absorbing a handoff: still the handoff
-            req.enter(QUEUE_STAGE[self.role], self.env.now)
+            req.enter(self._queue_stage, self.env.now)
         if use_cache:   # queued work counts net of the hit it will get; `_lookup_prefix` reconciles
             req.hit_tokens = self._hit_blocks(req) * req.block_tokens
-        self.pending_prefill_tokens += prefill - req.hit_tokens if use_cache else prefill
+            self.pending_prefill_tokens += prefill - req.hit_tokens
+        else:
+            self.pending_prefill_tokens += prefill
         self.waiting_tokens += prefill + context
         self.waiting.append(req)
         self._poke()
@@ -276,8 +283,10 @@ class Instance:
     def _poke(self) -> None:
         if (watch := self.load_watch) is not None:   # `_changed`, inline: a hot path
             watch[self] = None
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        wake = self._wake
+        if wake is not None:                  # idle: wake the loop (once)
+            self._wake = None
+            wake.succeed()
         elif self._interruptible:
             self._interruptible = False
             self.process.interrupt()
@@ -287,20 +296,22 @@ class Instance:
         while True:
             if self._at_boundary:
                 self._serve_boundary_calls()
-            self._admit()
+            if self.waiting:
+                self._admit()
             if not self.prefilling and not self._decoders:
                 self._wake = env.event()
                 if (watch := self.load_watch) is not None:   # `_changed`, inline: a hot path
                     watch[self] = None
-                yield self._wake
-                self._wake = None
+                yield self._wake              # `_poke` clears `_wake` as it triggers it
                 continue
             chunks, plan = self._plan()
             if chunks is None:                # out of memory: a decoder was preempted, re-plan
                 continue
             t0 = env.now
+            n = len(self._decoders)
+            settled = self._ctx_base + n * self.iters
             if chunks:                        # one iteration with prefill in it, `plan` seconds
-                self._ctx_end = self.decode_context + len(self._decoders)
+                self._ctx_end = settled + n
                 if (watch := self.load_watch) is not None:
                     watch[self] = None
                 yield env.timeout(plan)
@@ -308,8 +319,8 @@ class Instance:
                 continue
             run = plan                        # a run of decode iterations
             k, elapsed = run.k, run.total_s
+            self._ctx_end = settled + n * k
             self._run_in_flight, self._run_t0, self._flight_at = run, t0, -1.0
-            self._ctx_end = self.decode_context + len(self._decoders) * k
             self._interruptible = True
             if (watch := self.load_watch) is not None:
                 watch[self] = None
@@ -439,11 +450,15 @@ class Instance:
 
     def _free_tokens(self, want: int) -> int:
         """KV tokens free in the pool, after evicting unused cached blocks (least recently used
-        first) until `want` are free, if the cache is in HBM and that is needed."""
-        free = self.capacity - self.kv_pool_used - self._growth_left
-        if free < want and self._cache_in_hbm:
-            assert self.cache is not None
-            free += self.cache.evict(want - free)
+        first) until `want` are free, if the cache is in HBM and that is needed. Asked between
+        segments only: no iteration is in flight, so the decoders' KV is the settled one."""
+        free = self.capacity - self.held - self._ctx_base - len(self._decoders) * self.iters
+        if self._cache_in_hbm:
+            cache = self.cache
+            assert cache is not None
+            free -= cache.used_tokens - self._shared
+            if free < want:
+                free += cache.evict(want - free)
         return free
 
     def _plan(self):
@@ -453,7 +468,8 @@ class Instance:
         n = len(self._decoders)
         ctx = self._ctx_base + n * self.iters     # between segments: no run under way
         # every iteration, mixed or not, adds n tokens; cached blocks make room before a decoder
-        if n and self._free_tokens(n) < n:
+        free = self._free_tokens(n) if n else 0
+        if free < n:
             self._preempt_newest()
             return None, None
         if self.prefilling:
@@ -478,8 +494,9 @@ class Instance:
             heapq.heappop(heap)
         # one iteration when someone waits for a boundary or coalescing is off
         k = 1 if self._at_boundary or not self.coalesce else heap[0][0] - self.iters
-        room = self._free_tokens(n * k) // n  # iterations the pool can grow, evicting if need be
-        return (), self.perf.decode_run(n, ctx, min(k, room))
+        if free < n * k:                      # iterations the pool can grow, evicting if need be
+            free = self._free_tokens(n * k)
+        return (), self.perf.decode_run(n, ctx, min(k, free // n))
 
     def _complete(self, chunks, k: int, t0: float, first_s: float, longest_s: float,
                   elapsed: float) -> None:
@@ -490,10 +507,12 @@ class Instance:
             n = len(self._decoders)
             self.tracer.batch(self, t0, now, k * n + sum(c for _, c in chunks), n + len(chunks), k)
         self.busy_s += elapsed
-        if self._decoders:
-            self.tokens_decoded += k * len(self._decoders)
-            self.iters += k
-            used = self.held + self._ctx_base + len(self._decoders) * self.iters   # settled
+        n = len(self._decoders)
+        iters = self.iters
+        if n:
+            self.tokens_decoded += k * n
+            self.iters = iters = iters + k
+            used = self.held + self._ctx_base + n * iters   # settled
             if used > self.kv_peak:
                 self.kv_peak = used
             self._push_segment(longest_s)
@@ -503,21 +522,23 @@ class Instance:
                     if req.inst is self and req.decoding:   # not preempted before it ran
                         req.mark_stream_resumed(first)
                 self._joined.clear()
-        else:
+        elif self._joined:
             self._joined.clear()
-        for req, c in chunks:
-            req.prefill_left -= c
-            req.context += c
-            self.pending_prefill_tokens -= c
         if chunks:
+            done = 0
+            for req, c in chunks:
+                req.prefill_left -= c
+                req.context += c
+                done += c
+            self.pending_prefill_tokens -= done
             self.prefilling = [r for r in self.prefilling if r.prefill_left > 0]
             for req, _ in chunks:
                 if req.prefill_left == 0:
                     self._prefill_done(req, now)
         heap = self._finish_heap
-        while heap and heap[0][0] <= self.iters:
-            _, _, req = heapq.heappop(heap)
-            if req.decoding and req.inst is self and req.finish_iter <= self.iters:
+        while heap and heap[0][0] <= iters:     # `iters` changes only here
+            req = heapq.heappop(heap)[2]
+            if req.decoding and req.inst is self and req.finish_iter <= iters:
                 self._leave_decoding(req)
                 self._changed()
                 self.hooks.finished(req, self)
@@ -559,7 +580,7 @@ class Instance:
             self._changed()
 
     def _join_decoding(self, req: Request) -> None:
-        req.enter("relay_decode" if self.role == "relay" else "decode", self.env.now)
+        req.enter(self._decode_stage, self.env.now)
         req.decoding = True
         req.start_iter = self.iters
         req.finish_iter = self.iters + req.decode_left
