@@ -28,6 +28,7 @@ import heapq
 from bisect import bisect_right
 from collections import deque
 from functools import partial
+from math import inf, nextafter
 from typing import Callable
 
 import simpy
@@ -140,7 +141,9 @@ class Instance:
         return self._ctx_base + len(self._decoders) * (self.iters + self._iters_in_flight())
 
     def _iters_in_flight(self) -> int:
-        """Iterations of the decode run under way that have ended by now (a binary search)."""
+        """Iterations of the decode run under way that have ended by now (a binary search): the
+        first iteration ending after now is the run's cut just above now, and all before it
+        have ended (all k when even the last has)."""
         run = self._run_in_flight
         if run is None:
             return 0
@@ -148,8 +151,9 @@ class Instance:
         if now == self._flight_at:            # routers ask many times at one instant
             return self._flight_iters
         t = now - self._run_t0
-        m = run.cut(t)
-        m = m if run.elapsed(m) <= t else m - 1
+        m = run.cut(nextafter(t, inf))
+        if m < run.k or run.total_s > t:
+            m -= 1
         self._flight_at, self._flight_iters = now, m
         return m
 
@@ -329,11 +333,12 @@ class Instance:
             except simpy.Interrupt as stop:   # new work: stop at the next iteration boundary
                 if stop.cause is DOWN:
                     raise
-                k = run.cut(env.now - t0)
+                done_s = env.now - t0
+                k = run.cut(done_s)
                 elapsed = run.elapsed(k)
-                if elapsed > env.now - t0:
+                if elapsed > done_s:
                     self._changed()
-                    yield env.timeout(elapsed - (env.now - t0))
+                    yield env.timeout(elapsed - done_s)
             self._interruptible = False
             self._run_in_flight = None
             self._complete((), k, t0, run.first_s, run.longest(k), elapsed)
