@@ -10,7 +10,7 @@ grow. The table model replaces the roofline by measured iteration times interpol
 from __future__ import annotations
 
 import csv
-from math import ceil
+from math import ceil, floor
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -245,10 +245,10 @@ class LinearRun:
             self.early, self.late, self.split = (compute if da >= 0 else memory), None, k
         elif db > 0:
             self.early, self.late = memory, compute
-            self.split = min(max(int(np.ceil(-da / db)), 0), k)
+            self.split = min(max(ceil(-da / db), 0), k)
         else:
             self.early, self.late = compute, memory
-            self.split = min(max(int(np.floor(-da / db)) + 1, 0), k)
+            self.split = min(max(floor(-da / db) + 1, 0), k)
         self.first_s = self.at(0)
         self.total_s = self.elapsed(k)
 
