@@ -147,19 +147,25 @@ def windows(requests: pd.DataFrame, period_s: float) -> pd.DataFrame:
     if not len(requests):
         return pd.DataFrame(columns=["window_start_s", "bucket", "arrivals", "arrival_rps",
                                      "ttft_p50_s", "ttft_p90_s", "slo_attainment"])
-    df = requests[["arrival_s", "ttft_s", "slo_met", "hit_bucket", "status"]].copy()
-    df["window_start_s"] = np.floor(df["arrival_s"] / period_s) * period_s
-    parts = [df.assign(bucket="all"), df.assign(bucket=df["hit_bucket"].astype(str))]
-    both = pd.concat(parts, ignore_index=True)
-    done_ttft = both["ttft_s"].where(both["status"] == "completed")
-    both["ttft_done"] = done_ttft
-    g = both.groupby(["window_start_s", "bucket"], observed=True)
-    out = pd.DataFrame({
-        "arrivals": g.size(),
-        "ttft_p50_s": g["ttft_done"].median(),
-        "ttft_p90_s": g["ttft_done"].quantile(0.9),
-        "slo_attainment": g["slo_met"].mean(),
-    }).reset_index()
+    # the `all` rows and the per-bucket rows grouped apart: no copy of every request per bucket
+    df = pd.DataFrame({
+        "window_start_s": np.floor(requests["arrival_s"].to_numpy() / period_s) * period_s,
+        "bucket": requests["hit_bucket"],
+        "ttft_done": requests["ttft_s"].where(requests["status"] == "completed"),
+        "slo_met": requests["slo_met"]})
+
+    def per(keys: list[str]) -> pd.DataFrame:
+        g = df.groupby(keys, observed=True)
+        return pd.DataFrame({
+            "arrivals": g.size(),
+            "ttft_p50_s": g["ttft_done"].median(),
+            "ttft_p90_s": g["ttft_done"].quantile(0.9),
+            "slo_attainment": g["slo_met"].mean(),
+        }).reset_index()
+    overall = per(["window_start_s"]).assign(bucket="all")
+    buckets = per(["window_start_s", "bucket"])
+    buckets["bucket"] = buckets["bucket"].astype(str)
+    out = pd.concat([overall, buckets], ignore_index=True)
     out["arrival_rps"] = out["arrivals"] / period_s
     order = {b: i for i, b in enumerate(["all", *BUCKETS])}
     out = out.sort_values(["window_start_s", "bucket"], key=lambda s: s.map(order)
