@@ -8,6 +8,7 @@ import pytest
 import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_properties import workloads as random_workloads
 
 from pddsim.config import from_dict
 from pddsim.engine.prefix_cache import PrefixCache
@@ -80,18 +81,10 @@ def deployments(draw):
     return from_dict(raw, "pool")
 
 
-@st.composite
-def workloads(draw):
-    chains = [list(range(c * 1000, c * 1000 + 60)) for c in range(6)]   # prompts sharing prefixes
-    reqs, t = [], 0.0
-    for _ in range(draw(st.integers(1, 40))):
-        t += draw(st.sampled_from((0.0, 0.001, 0.05, 0.3)))
-        blocks = draw(st.integers(1, 60))
-        chain = draw(st.sampled_from(chains))[:blocks]
-        reqs.append(TraceRequest(arrival_s=t, input_tokens=64 * blocks - draw(st.integers(0, 63)),
-                                 output_tokens=draw(st.integers(1, 300)), hash_ids=tuple(chain),
-                                 block_tokens=64))
-    return Workload(reqs)
+def workloads():
+    """Up to 40 requests, often at one instant, over 6 prefix chains: picks among many holders."""
+    return random_workloads(chains=6, blocks=60, requests=40,
+                            gaps=st.sampled_from((0.0, 0.001, 0.05, 0.3)), outputs=300)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -61,16 +61,21 @@ def deployments(draw):
     return from_dict(raw, "prop")
 
 
+SPREAD_OUT = st.floats(0.0, 2.0)
+
+
 @st.composite
-def workloads(draw):
-    chains = [list(range(c * 1000, c * 1000 + 100)) for c in range(3)]   # prompts sharing prefixes
+def workloads(draw, chains=3, blocks=100, requests=10, gaps=SPREAD_OUT, outputs=400):
+    """Up to `requests` requests `gaps` apart, prompts of up to `blocks` 64-token blocks along one
+    of `chains` hash chains (so they share prefixes), up to `outputs` tokens out."""
+    chain_ids = [list(range(c * 1000, c * 1000 + blocks)) for c in range(chains)]
     reqs, t = [], 0.0
-    for _ in range(draw(st.integers(1, 10))):
-        t += draw(st.floats(0.0, 2.0))
-        blocks = draw(st.integers(1, 100))
-        chain = draw(st.sampled_from(chains))[:blocks]
-        reqs.append(TraceRequest(arrival_s=t, input_tokens=64 * blocks - draw(st.integers(0, 63)),
-                                 output_tokens=draw(st.integers(1, 400)), hash_ids=tuple(chain),
+    for _ in range(draw(st.integers(1, requests))):
+        t += draw(gaps)
+        n = draw(st.integers(1, blocks))
+        chain = draw(st.sampled_from(chain_ids))[:n]
+        reqs.append(TraceRequest(arrival_s=t, input_tokens=64 * n - draw(st.integers(0, 63)),
+                                 output_tokens=draw(st.integers(1, outputs)), hash_ids=tuple(chain),
                                  block_tokens=64))
     return Workload(reqs)
 

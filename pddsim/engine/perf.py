@@ -10,6 +10,7 @@ grow. The table model replaces the roofline by measured iteration times interpol
 from __future__ import annotations
 
 import csv
+from bisect import bisect_left
 from math import ceil, floor
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -305,14 +306,8 @@ class FlooredRun:
 
     def __init__(self, run: LinearRun, floor: float):
         self.run, self.floor, self.k = run, floor, run.k
-        lo, hi = 0, run.k                       # held: the first i with run.at(i) >= floor
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if run.at(mid) >= floor:
-                hi = mid
-            else:
-                lo = mid + 1
-        self.held = lo
+        # held: the first i with run.at(i) >= floor
+        self.held = bisect_left(range(run.k), True, key=lambda i: run.at(i) >= floor)
         self.first_s = self.at(0)
         self.total_s = self.elapsed(run.k)
 
