@@ -11,12 +11,20 @@ from pddsim.errors import InvariantError
 from pddsim.sim import load_workload, simulate
 
 SCENARIOS = ["colocated.yaml", "same_dc_pd.yaml", "cross_dc_pd.yaml", "pdd.yaml",
-             "paper/same_dc_pd.yaml", "paper/cross_dc_pd.yaml", "paper/pdd.yaml"]
+             "paper/same_dc_pd.yaml", "paper/cross_dc_pd.yaml", "paper/pdd.yaml",
+             "faults/same_dc_pd.yaml", "faults/cross_dc_pd.yaml", "faults/pdd.yaml"]
+FAULT_TIME_SCALE = 40     # the faults studies' outages, brought inside the shortened runs
 
 
 def small(name):
     sets = ["workload.synthetic.knobs.sessions=8"] if name.startswith("paper/") else ["workload.limit=150"]
-    return load_config(bundled(name), sets)
+    cfg = load_config(bundled(name), sets)
+    if cfg.faults is None:
+        return cfg
+    events = [e.model_copy(update={"start_s": e.start_s / FAULT_TIME_SCALE,
+                                   "duration_s": e.duration_s / FAULT_TIME_SCALE})
+              for e in cfg.faults.events]
+    return cfg.model_copy(update={"faults": cfg.faults.model_copy(update={"events": events})})
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -27,6 +35,8 @@ def test_bundled_scenarios_keep_every_rule_and_checking_changes_nothing(name):
     drop = lambda s: {k: v for k, v in s.items() if k != "wall_s"}   # noqa: E731
     assert drop(checked.summary) == drop(plain.summary)
     assert checked.requests.equals(plain.requests)
+    if cfg.faults is not None:          # the faults struck within the run
+        assert plain.summary["sim_duration_s"] > max(e.start_s for e in cfg.faults.events)
 
 
 PD = (("prefill", 1), ("decode", 1))
