@@ -299,10 +299,19 @@ def cmd_bench_handoff(args) -> int:
 
 def cmd_bench_perf(args) -> int:
     from pddsim import catalog
-    from pddsim.experiments.perf_bench import compare, format_report, read_measured, roofline_of, summarise
+    from pddsim.experiments.perf_bench import (
+        compare,
+        format_report,
+        profile_with,
+        read_measured,
+        roofline_of,
+        summarise,
+    )
     measured = read_measured(Path(args.against))
     names = args.profile or sorted(catalog.engines())
-    profiles = {f"roofline/{n}": catalog.engine(n) for n in names}
+    settings = args.set or []
+    what_if = f" [{', '.join(settings)}]" if settings else ""
+    profiles = {f"roofline/{n}{what_if}": profile_with(n, settings) for n in names}
     cases = compare(measured, {k: roofline_of(p) for k, p in profiles.items()},
                     {k: p.fitted_to for k, p in profiles.items()})
     if args.cases:
@@ -497,6 +506,9 @@ def parser() -> Parser:
                     help="columns model,gpu,tp,tokens,attn_pairs,kv_tokens,time_ms,source")
     bp.add_argument("--profile", action="append", metavar="NAME",
                     help="engine profile to test (repeatable; default: every profile)")
+    bp.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                    help="set an engine constant in every profile tested, e.g. overhead_ms=10 "
+                    "(repeatable; a profile keeps the source it was fitted to)")
     bp.add_argument("--cases", metavar="FILE", help="write predicted vs measured per case (CSV)")
     bp.add_argument("--json", action="store_true")
     bp.set_defaults(func=cmd_bench_perf)

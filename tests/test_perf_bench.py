@@ -1,6 +1,7 @@
 """Engine profiles in configs and the predicted-vs-measured report."""
 import json
 
+import pandas as pd
 import pytest
 import simpy
 
@@ -95,6 +96,35 @@ def test_bench_perf_cli(input_error, tmp_path, capsys):
     bad = measured_file(tmp_path, ["llama-3.1-70b,h100-sxm,8,1,1,1"])
     code = cli.main(["bench", "perf", "--against", str(bad)])
     input_error(code, capsys.readouterr().err, f"{bad}:2")
+
+
+def test_bench_perf_what_if_sets_a_constant_and_keeps_the_fit(input_error, tmp_path, capsys):
+    """--set overhead_ms=+3 ms adds exactly 3 ms to every predicted iteration (the profile has no
+    host floor); the overridden profile keeps the source it was fitted to; a field that is no
+    engine constant, or a value out of range, is one error line naming it."""
+    fitted = catalog.engine("distserve-2024").fitted_to
+    path = measured_file(tmp_path, [f"opt-66b,a100-80gb,8,8,8192,8192,25,{fitted} (test)",
+                                    f"opt-66b,a100-80gb,8,512,131072,0,60,{fitted} (test)"])
+
+    def run(*settings):
+        cases = tmp_path / "cases.csv"
+        argv = ["bench", "perf", "--against", str(path), "--profile", "distserve-2024", "--json",
+                "--cases", str(cases)]
+        assert cli.main(argv + [a for s in settings for a in ("--set", s)]) == 0
+        out = json.loads(capsys.readouterr().out)
+        return out, pd.read_csv(cases)["predicted_ms"].to_numpy()
+
+    base_ms = catalog.engine("distserve-2024").overhead_ms
+    plain, plain_ms = run()
+    what_if, what_if_ms = run(f"overhead_ms={base_ms + 3}")
+    assert list(what_if) == [f"roofline/distserve-2024 [overhead_ms={base_ms + 3}]"]
+    assert what_if_ms == pytest.approx(plain_ms + 3.0)
+    assert [s["by_source"][f"{fitted} (test)"]["fit"] for s in (*plain.values(), *what_if.values())] \
+        == ["fitted", "fitted"]
+    for setting, named in (("table=x", "--set table: not an engine constant"),
+                           ("memory=1.5", "--set: memory"), ("fitted_to=x", "--set fitted_to")):
+        code = cli.main(["bench", "perf", "--against", str(path), "--set", setting])
+        input_error(code, capsys.readouterr().err, named)
 
 
 def test_a_cluster_uses_its_own_perf(make_config, perf_table, tmp_path):

@@ -11,6 +11,7 @@ each source is marked as the one the profile was fitted to or as held out.
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,10 @@ import numpy as np
 import pandas as pd
 
 from pddsim import catalog
+from pddsim.config import Perf, parse_override
 from pddsim.engine.perf import Roofline
 from pddsim.errors import InputError
+from pddsim.schema import validated
 
 COLUMNS = ("model", "gpu", "tp", "tokens", "attn_pairs", "kv_tokens", "time_ms", "source")
 
@@ -66,6 +69,18 @@ def predict(df: pd.DataFrame, perf_model_of) -> np.ndarray:
         out[idx] = 1e3 * perf_model_of(model, gpu, int(tp)).iterations(
             part["tokens"].to_numpy(), pairs, part["kv_tokens"].to_numpy(), np.where(decode, pairs, 0.0))
     return out
+
+
+def profile_with(name: str, settings: Sequence[str]) -> catalog.EngineProfile:
+    """Profile `name` with `FIELD=VALUE` settings of its constants, validated as a config's
+    `perf.FIELD` overrides (what-if: how would the report read with another constant?). It keeps
+    the source it was fitted to: its other constants still come from that fit."""
+    overrides = dict(parse_override(s) for s in settings)
+    constants = set(catalog.EngineProfile.model_fields) - {"name", "fitted_to"}
+    for key in overrides:
+        if key not in constants:
+            raise InputError(f"--set {key}: not an engine constant (one of {', '.join(sorted(constants))})")
+    return validated(Perf, {"profile": name, **overrides}, "--set").engine()
 
 
 def roofline_of(profile: catalog.EngineProfile):
