@@ -6,7 +6,7 @@ import pytest
 
 from pddsim import catalog
 from pddsim.engine.instance import Instance
-from pddsim.engine.perf import LinearRun, LinearTerm
+from pddsim.engine.perf import LinearRun
 from pddsim.sim import simulate
 
 BASE, PER = 0.01, 1e-5
@@ -118,8 +118,8 @@ def test_iterations_in_flight_are_those_ended_by_now_exactly():
     rng = np.random.default_rng(5)
     for _ in range(400):
         k = int(rng.integers(1, 120))
-        run = LinearRun(LinearTerm(rng.uniform(1e-3, 0.05), float(rng.choice([0.0, 1e-5]))),
-                        LinearTerm(rng.uniform(1e-3, 0.05), float(rng.uniform(0, 1e-4))),
+        run = LinearRun((rng.uniform(1e-3, 0.05), float(rng.choice([0.0, 1e-5]))),
+                        (rng.uniform(1e-3, 0.05), float(rng.uniform(0, 1e-4))),
                         rng.uniform(0, 0.01), k)
         ends = [run.elapsed(m) for m in range(1, k + 1)]
         t0 = float(rng.choice([0.0, rng.uniform(0, 1e4)]))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pddsim import catalog
-from pddsim.engine.perf import LinearRun, LinearTerm, MeasuredTable, Roofline
+from pddsim.engine.perf import LinearRun, MeasuredTable, Roofline
 
 LLAMA = catalog.model("llama-3.1-70b")
 H100 = catalog.gpu("h100-sxm")
@@ -128,7 +128,7 @@ def test_decode_run_closed_form_matches_iteration_by_iteration():
     for _ in range(500):
         a, b, c, d = rng.uniform(0, 1, 4) * [1, rng.choice([0, 0.01, 1]), 1, rng.choice([0, 0.01, 1])]
         k, fixed = int(rng.integers(1, 60)), rng.uniform(0, 0.1)
-        run = LinearRun(LinearTerm(a, b), LinearTerm(c, d), fixed, k)
+        run = LinearRun((a, b), (c, d), fixed, k)
         times = np.maximum(a + b * np.arange(k), c + d * np.arange(k)) + fixed
         for m in range(k + 1):
             assert run.elapsed(m) == pytest.approx(times[:m].sum(), abs=1e-9)
@@ -234,8 +234,8 @@ def test_decode_run_cut_is_the_binary_search_over_prefix_sums():
     rng = np.random.default_rng(3)
     for _ in range(3000):
         slope = lambda: float(rng.choice([0.0, rng.uniform(0, 1e-4)]))  # noqa: E731
-        run = LinearRun(LinearTerm(rng.uniform(0, 0.05), slope()),
-                        LinearTerm(rng.uniform(0, 0.05), slope()), rng.uniform(0, 0.01),
+        run = LinearRun((rng.uniform(0, 0.05), slope()),
+                        (rng.uniform(0, 0.05), slope()), rng.uniform(0, 0.01),
                         int(rng.integers(1, 3000)))
         ends = [run.elapsed(m) for m in (1, run.k // 2 or 1, run.k)]
         for t in [0.0, *ends, *rng.uniform(0, run.total_s * 1.1, 4)]:

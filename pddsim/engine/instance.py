@@ -473,11 +473,10 @@ class Instance:
         n = len(self._decoders)
         ctx = self._ctx_base + n * self.iters     # between segments: no run under way
         # every iteration, mixed or not, adds n tokens; cached blocks make room before a decoder
-        free = self._free_tokens(n) if n else 0
-        if free < n:
-            self._preempt_newest()
-            return None, None
-        if self.prefilling:
+        if self.prefilling and self.token_budget > n:   # one iteration with prefill chunks in it
+            if n and self._free_tokens(n) < n:
+                self._preempt_newest()
+                return None, None
             budget = self.token_budget - n
             chunks = []
             tokens, pairs, kv_read = n, ctx, ctx
@@ -490,17 +489,18 @@ class Instance:
                 tokens += c
                 pairs += c * (req.context + c / 2)
                 kv_read += req.context
-            if chunks:
-                return chunks, self.perf.iteration(tokens, pairs, kv_read, ctx)
-        # decode only: run until the next finish or until memory runs out
+            return chunks, self.perf.iteration(tokens, pairs, kv_read, ctx)
+        # decode only (n > 0): run until the next finish or until memory runs out
         heap = self._finish_heap
         while heap and (not heap[0][2].decoding or heap[0][2].inst is not self
                         or heap[0][0] != heap[0][2].finish_iter):
             heapq.heappop(heap)
         # one iteration when someone waits for a boundary or coalescing is off
         k = 1 if self._at_boundary or not self.coalesce else heap[0][0] - self.iters
-        if free < n * k:                      # iterations the pool can grow, evicting if need be
-            free = self._free_tokens(n * k)
+        free = self._free_tokens(n * k)           # iterations the pool can grow, evicting if need be
+        if free < n:
+            self._preempt_newest()
+            return None, None
         return (), self.perf.decode_run(n, ctx, min(k, free // n))
 
     def _complete(self, chunks, k: int, t0: float, first_s: float, longest_s: float,

@@ -12,6 +12,7 @@ Delivery happens one-way latency after the last byte leaves. A fabric is a set o
 from __future__ import annotations
 
 import heapq
+from math import inf
 from typing import Callable
 
 import numpy as np
@@ -108,7 +109,7 @@ class Link:
         if self.flow_cap_Bps is not None:
             share = min(share, self.flow_cap_Bps)
         if share <= 0:                       # the line is down (an oracle knows)
-            return float("inf")
+            return inf
         return nbytes / share + self.latency_s
 
     # -- internals --------------------------------------------------------------------------
@@ -131,8 +132,8 @@ class Link:
         if self.flow_cap_Bps is not None and self.flow_cap_Bps < rate:
             rate = self.flow_cap_Bps
         self._rate = rate
-        delay = max(heap[0][0] - self._mark, 0.0) / rate if rate > 0 else float("inf")
-        if delay != float("inf"):
+        delay = max(heap[0][0] - self._mark, 0.0) / rate if rate > 0 else inf
+        if delay != inf:
             gen = self._gen
             self.env.timeout(delay).callbacks.append(lambda _e: self._on_timer(gen))
 
@@ -269,7 +270,7 @@ class Fabric:
     def expected_transfer_s(self, src, dst, nbytes, *, nominal: bool = True):
         """The time `nbytes` takes from `src` to `dst` on an idle fabric."""
         rate = min(self._tx[src].capacity_Bps, self._rx[dst].capacity_Bps,
-                   float("inf") if self.core is None else self.core.capacity_Bps)
+                   inf if self.core is None else self.core.capacity_Bps)
         return nbytes / rate + self.latency_s
 
     def port_loads(self) -> list[tuple[str, float, float]]:
@@ -314,7 +315,11 @@ class Fabric:
         if not flows:
             return
         if len(flows) == 1:
-            flows[0].rate = self.scale * min(p.capacity_Bps for p in flows[0].path)
+            rate = inf
+            for p in flows[0].path:
+                if p.capacity_Bps < rate:
+                    rate = p.capacity_Bps
+            flows[0].rate = self.scale * rate
             return
         ports = {}
         for f in flows:
@@ -326,8 +331,11 @@ class Fabric:
                 p.unfixed += 1
         unfixed = flows
         while unfixed:
-            neck = min((p for p in ports.values() if p.unfixed),
-                       key=lambda p: p.left / p.unfixed)
+            neck, least = None, 0.0           # the port that fills first (the first of equals)
+            for p in ports.values():
+                if p.unfixed and (neck is None or p.left / p.unfixed < least):
+                    neck, least = p, p.left / p.unfixed
+            assert neck is not None
             share = max(neck.left, 0.0) / neck.unfixed
             rest = []
             for f in unfixed:
@@ -349,8 +357,11 @@ class Fabric:
         flows = self._flows
         self._allocate(flows if touched is None or self.core is not None or len(flows) <= 4
                        else self._group(touched))
-        delay = min(((f.size - f.sent) / f.rate if f.rate > 0 else float("inf")) for f in self._flows)
-        if delay != float("inf"):
+        delay = inf
+        for f in self._flows:
+            if f.rate > 0 and (f.size - f.sent) / f.rate < delay:
+                delay = (f.size - f.sent) / f.rate
+        if delay != inf:
             gen = self._gen
             self.env.timeout(max(delay, 0.0)).callbacks.append(lambda _e: self._on_timer(gen))
 

@@ -116,10 +116,8 @@ class Roofline:
         """k decode iterations of n requests holding `context` KV tokens at the first, growing by
         n tokens an iteration: both roofline terms are linear in the iteration index, and the
         host floor, when it binds, binds the first iterations (the terms only grow)."""
-        compute = LinearTerm(n * self.s_per_token + context * self.s_per_decode_pair,
-                             n * self.s_per_decode_pair)
-        memory = LinearTerm(self.weights_read_s(n) + context * self.s_per_kv_token,
-                            n * self.s_per_kv_token)
+        compute = (n * self.s_per_token + context * self.s_per_decode_pair, n * self.s_per_decode_pair)
+        memory = (self.weights_read_s(n) + context * self.s_per_kv_token, n * self.s_per_kv_token)
         run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s, k)
         return FlooredRun(run, self.floor_s) if run.first_s < self.floor_s else run
 
@@ -217,51 +215,46 @@ def _bilinear(xs, ys, grid, x, y):
             + (1 - fx) * fy * grid[xi, yj] + fx * fy * grid[xj, yj])
 
 
-class LinearTerm:
-    """a + b*i: one roofline term over the iterations of a decode run."""
-
-    __slots__ = ("a", "b")
-
-    def __init__(self, a: float, b: float):
-        self.a, self.b = a, b
-
-    def sum(self, lo: int, hi: int) -> float:
-        """Sum over i in [lo, hi)."""
-        m = hi - lo
-        return m * self.a + self.b * (lo + hi - 1) * m / 2 if m > 0 else 0.0
-
-
 class LinearRun:
-    """A run of k decode iterations, t(i) = max(compute(i), memory(i)) + fixed, in closed form:
-    the two terms cross at most once, so any prefix sum is two arithmetic series."""
+    """A run of k decode iterations, t(i) = max(compute(i), memory(i)) + fixed, each term a + b*i
+    given as (a, b), in closed form: the two terms cross at most once, so any prefix sum is two
+    arithmetic series, the `early` term's over [0, split) and the `late` one's over the rest. It
+    is priced once per segment and asked many times (routers see a run under way): hot code."""
 
-    __slots__ = ("compute", "memory", "fixed", "k", "early", "late", "split", "first_s", "total_s")
+    __slots__ = ("ca", "cb", "ma", "mb", "fixed", "k", "ea", "eb", "la", "lb", "split",
+                 "first_s", "total_s")
 
-    def __init__(self, compute: LinearTerm, memory: LinearTerm, fixed: float, k: int):
-        self.compute, self.memory, self.fixed, self.k = compute, memory, fixed, k
-        self.late: LinearTerm | None    # None: `early` dominates all k
-        # `early` dominates iterations [0, split), `late` the rest
-        da, db = compute.a - memory.a, compute.b - memory.b
-        if db == 0:
-            self.early, self.late, self.split = (compute if da >= 0 else memory), None, k
+    def __init__(self, compute: tuple[float, float], memory: tuple[float, float], fixed: float,
+                 k: int):
+        (ca, cb), (ma, mb) = compute, memory
+        self.ca, self.cb, self.ma, self.mb, self.fixed, self.k = ca, cb, ma, mb, fixed, k
+        da, db = ca - ma, cb - mb
+        if db == 0:                            # no crossing: `early` dominates all k
+            (self.ea, self.eb), split = (compute if da >= 0 else memory), k
+            late = (0.0, 0.0)
         elif db > 0:
-            self.early, self.late = memory, compute
-            self.split = min(max(ceil(-da / db), 0), k)
+            (self.ea, self.eb), late = memory, compute
+            split = min(max(ceil(-da / db), 0), k)
         else:
-            self.early, self.late = compute, memory
-            self.split = min(max(floor(-da / db) + 1, 0), k)
-        self.first_s = self.at(0)
+            (self.ea, self.eb), late = compute, memory
+            split = min(max(floor(-da / db) + 1, 0), k)
+        self.la, self.lb = late
+        self.split = split
+        self.first_s = (ca if ca > ma else ma) + fixed        # at(0)
         self.total_s = self.elapsed(k)
 
     def at(self, i: int) -> float:
-        c = self.compute.a + self.compute.b * i
-        m = self.memory.a + self.memory.b * i
+        c = self.ca + self.cb * i
+        m = self.ma + self.mb * i
         return (c if c > m else m) + self.fixed
 
     def elapsed(self, m: int) -> float:
         """Time of the first m iterations."""
-        j = min(self.split, m)
-        body = self.early.sum(0, j) + (self.late.sum(j, m) if m > j and self.late is not None else 0.0)
+        j = self.split if self.split < m else m
+        body = j * self.ea + self.eb * (j - 1) * j / 2 if j > 0 else 0.0
+        if m > j:                              # the late term's sum over [j, m)
+            n = m - j
+            body += n * self.la + self.lb * (j + m - 1) * n / 2
         return body + m * self.fixed
 
     def longest(self, m: int) -> float:
@@ -270,32 +263,29 @@ class LinearRun:
 
     def cut(self, t: float) -> int:
         """Iterations finished at the first iteration boundary at or after time t: the smallest
-        m in [1, k] with elapsed(m) >= t (k if none). A closed-form guess brackets it, the
-        exact prefix sums decide."""
-        lo, hi = 1, self.k
-        g = self._guess(t)
-        if self.elapsed(g) >= t:
-            if g == 1 or self.elapsed(g - 1) < t:
+        m in [1, k] with elapsed(m) >= t (k if none). A closed-form guess (where elapsed(m) = t,
+        solved as a quadratic on the term's segment it falls in) brackets it, the exact prefix
+        sums decide."""
+        k, s, elapsed = self.k, self.split, self.elapsed
+        g = _quadratic_root(self.ea + self.fixed, self.eb, t) if s else 0.0
+        if g >= s and s < k:
+            g = s + _quadratic_root(self.la + self.lb * s + self.fixed, self.lb,
+                                    max(t - elapsed(s), 0.0) if s else t)
+        g = max(ceil(g if g < k else k), 1)
+        lo, hi = 1, k
+        if elapsed(g) >= t:
+            if g == 1 or elapsed(g - 1) < t:
                 return g
             hi = g - 1
         else:
-            lo = min(g + 1, hi)
+            lo = g + 1 if g < hi else hi
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.elapsed(mid) >= t:
+            if elapsed(mid) >= t:
                 hi = mid
             else:
                 lo = mid + 1
         return lo
-
-    def _guess(self, t: float) -> int:
-        """Where elapsed(m) = t, solved as a quadratic on the segment it falls in, within [1, k]."""
-        s, late = self.split, self.late
-        m = _quadratic_root(self.early.a + self.fixed, self.early.b, t) if s else 0.0
-        if m >= s and late is not None:
-            m = s + _quadratic_root(late.a + late.b * s + self.fixed, late.b,
-                                    max(t - self.elapsed(s), 0.0) if s else t)
-        return max(ceil(min(m, self.k)), 1)
 
 
 class FlooredRun:
