@@ -107,6 +107,10 @@ def _call(fn: Callable, shared: Any, item: Any):
     return fn(shared, item)
 
 
+def _import_simulator() -> None:
+    import pddsim.sim  # noqa: F401
+
+
 class Ray:
     """Ray core tasks: a local Ray instance with `jobs` CPUs when no address is given, else the
     cluster at `address`. Ray retries a task whose worker died and (`retry_exceptions`) one that
@@ -125,6 +129,10 @@ class Ray:
         ray.init(address=address, num_cpus=None if address else jobs, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
         self._task = ray.remote(max_retries=RETRIES, retry_exceptions=True)(_call)
+        # a worker imports the simulator on its first task (seconds): done here, once per CPU,
+        # so that cost is part of starting the cluster, as on a long-lived one, not the points'
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        ray.get([ray.remote(_import_simulator).remote() for _ in range(cpus)])
 
     def __enter__(self):
         return self
