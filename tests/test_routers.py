@@ -70,24 +70,23 @@ def test_a_decoder_shows_the_iterations_of_its_decode_run_under_way(tmp_path, ma
         for t in np.linspace(0.0123, 4.5, 29):
             env.run(until=t)
             seen[coalesce].append((inst.decode_context, inst.kv_load))
+            assert inst.kv_load_floor <= inst.kv_load <= inst.kv_load_ceiling
     assert seen[True] == seen[False]
     assert seen[True][5][0] > 4000                  # the decoders' contexts grew meanwhile
 
 
 def test_least_loaded_is_min_over_work_then_load():
-    """Exactness: the lazy tie-break picks what `min` over (work, kv_load) pairs picks."""
+    """Exactness: the lazy tie-break, deciding on load bounds where they suffice, picks what
+    `min` over (work, kv_load) pairs picks."""
     from pddsim.system.routers import least_loaded
 
     class Stub:
-        def __init__(self, work, load):
-            self.work, self._load = work, load
-
-        @property
-        def kv_load(self):
-            return self._load
+        def __init__(self, work, load, below, above):
+            self.work, self.kv_load = work, load
+            self.kv_load_floor, self.kv_load_ceiling = load - below, load + above
 
     rng = np.random.default_rng(5)
-    for _ in range(500):
-        pool = [Stub(int(rng.integers(0, 3)), int(rng.integers(0, 3)))
+    for _ in range(2000):
+        pool = [Stub(*(int(x) for x in rng.integers(0, 3, 4)))
                 for _ in range(int(rng.integers(1, 8)))]
         assert least_loaded(pool, lambda i: i.work) is min(pool, key=lambda i: (i.work, i.kv_load))

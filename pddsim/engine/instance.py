@@ -169,6 +169,14 @@ class Instance:
         return self.held + self._ctx_base + len(self._decoders) * self.iters + self.waiting_tokens
 
     @property
+    def kv_load_ceiling(self) -> int:
+        """`kv_load` once the decode run under way has run to its end: never below it (a router
+        that can tell two instances apart by these bounds need not find where the runs are)."""
+        if self._run_in_flight is None:
+            return self.kv_load_floor
+        return self.held + self._ctx_end + self.waiting_tokens
+
+    @property
     def kv_in_use(self) -> int:
         """KV tokens held now: admitted prompts and KV kept for transfers, plus every decoder's."""
         return self.held + self.decode_context

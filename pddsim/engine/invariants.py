@@ -61,6 +61,9 @@ class Invariants:
             if used > inst.capacity or inst.held < 0:
                 raise InvariantError(f"{inst.name} at {self.env.now} s: KV pool use {used} tokens "
                                      f"(held {inst.held}) outside [0, {inst.capacity}]")
+            if not inst.kv_load_floor <= inst.kv_load <= inst.kv_load_ceiling:   # routers rely on it
+                raise InvariantError(f"{inst.name} at {self.env.now} s: KV load {inst.kv_load} outside "
+                                     f"its bounds [{inst.kv_load_floor}, {inst.kv_load_ceiling}]")
             if self.is_down(inst) and (used or inst.waiting or inst.prefilling or inst.inbound_tokens):
                 raise InvariantError(f"{inst.name} at {self.env.now} s is down but holds work: "
                                      f"{used} KV tokens, {len(inst.waiting)} waiting, "

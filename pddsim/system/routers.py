@@ -62,14 +62,19 @@ class LeastLoaded:
 def least_loaded(instances: Sequence[Instance], work: Callable[[Instance], int]) -> Instance:
     """The first instance with the least `work`, ties broken by the least KV load: the same pick
     as `min` over (work, kv_load) pairs, but the load (a search in a decode run under way) is
-    only computed for instances tied on work."""
+    only computed for instances tied on work whose load bounds do not already decide."""
     best, best_work, best_load = None, 0, None
     for inst in instances:
         w = work(inst)
         if best is None or w < best_work:
             best, best_work, best_load = inst, w, None
         elif w == best_work:
+            if inst.kv_load_floor >= (best.kv_load_ceiling if best_load is None else best_load):
+                continue                      # not lighter, whatever the runs under way
             if best_load is None:
+                if inst.kv_load_ceiling < best.kv_load_floor:
+                    best = inst                   # lighter, whatever the runs under way
+                    continue
                 best_load = best.kv_load
             load = inst.kv_load
             if load < best_load:
