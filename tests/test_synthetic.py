@@ -1,3 +1,4 @@
+import hashlib
 from collections import defaultdict
 from pathlib import Path
 
@@ -32,6 +33,20 @@ def test_poisson_same_seed_same_workload_other_seed_differs():
         return poisson_workload(200, 2.0, 3000, 300, shared_prefix_tokens=1024, seed=seed)
     assert make(1).requests == make(1).requests
     assert make(1).requests != make(2).requests
+
+
+def test_generators_are_pinned():
+    """What the generators produce, field by field, as the tree before their per-request loops
+    were rewritten (fresh ids from ranges, agent requests placed at their rank by arrival without a
+    second pass): a speed-up must not move a single id, length or time. Re-pin only for an intended
+    change to the workloads themselves."""
+    def digest(workload):
+        return hashlib.sha256(repr(workload.requests).encode()).hexdigest()
+    churn = AgentSpec(sessions=40, reset_prob=0.2, long_prob=0.2, max_context=60000)
+    assert digest(agent_workload(churn, 7)) == (
+        "ebbaf4903d6836490932915d8f369b7562dcd73ea7d5afbd1019b89df3ed9700")
+    assert digest(poisson_workload(300, 2.0, 3000, 300, shared_prefix_tokens=1024, seed=5)) == (
+        "0f2638532d4263276885972d6b2d924b379fc60499b3ba3fff9969754f458c84")
 
 
 def test_poisson_shares_only_the_system_prompt():

@@ -7,10 +7,6 @@ mix drift over time. Same seed, same workload.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-from itertools import count, islice
-from typing import Iterator
-
 import numpy as np
 
 from pddsim.config import AgentSpec, AgentSynthetic, PoissonSpec, Synthetic, parse_drift
@@ -29,9 +25,11 @@ def _tokens(samples: np.ndarray) -> np.ndarray:
 
 
 def _chain(shared: tuple[int, ...], input_tokens: int, block_tokens: int,
-           new_ids: Iterator[int]) -> tuple[int, ...]:
-    """A request's prefix-hash chain: the shared prefix, then fresh ids for the other blocks."""
-    return shared + tuple(islice(new_ids, ceil_div(input_tokens, block_tokens) - len(shared)))
+           first_new: int) -> tuple[int, ...]:
+    """A request's prefix-hash chain: the shared prefix, then fresh ids from `first_new` on for the
+    other blocks."""
+    return shared + tuple(range(first_new,
+                                first_new + ceil_div(input_tokens, block_tokens) - len(shared)))
 
 
 def poisson_workload(n_requests: int, rate_rps: float, input_mean: float, output_mean: float,
@@ -51,11 +49,14 @@ def poisson(spec: PoissonSpec, seed: int) -> Workload:
     inputs = prefix + _tokens(_lognormal(rng, spec.input_mean - prefix, spec.input_sigma, n))
     outputs = _tokens(_lognormal(rng, spec.output_mean, spec.output_sigma, n))
     shared = tuple(range(prefix // bt))
-    new_ids = count(len(shared))
+    # request k's fresh blocks follow the shared prefix and the fresh blocks of those before it
+    fresh = ceil_div(inputs, bt) - len(shared)
+    first_new = len(shared) + np.cumsum(fresh) - fresh
     requests = [
-        TraceRequest(arrival_s=float(t), input_tokens=int(n_in), output_tokens=int(n_out),
-                     hash_ids=_chain(shared, int(n_in), bt, new_ids), block_tokens=bt)
-        for t, n_in, n_out in zip(arrivals, inputs, outputs)
+        TraceRequest(arrival_s=t, input_tokens=n_in, output_tokens=n_out,
+                     hash_ids=_chain(shared, n_in, bt, first), block_tokens=bt)
+        for t, n_in, n_out, first in zip(arrivals.tolist(), inputs.tolist(), outputs.tolist(),
+                                         first_new.tolist())
     ]
     return Workload(requests, source=f"poisson(seed={seed})",
                     extra={"generator": "poisson", "seed": seed})
@@ -97,24 +98,32 @@ def agent_workload(spec: AgentSpec, seed: int) -> Workload:
     appended = np.where(long, longs, appends)
 
     system = tuple(range(spec.system_tokens // spec.block_tokens))
-    new_ids = count(len(system))
+    next_id = len(system)
     bt = spec.block_tokens
+    # built in session order, returned by arrival (stable: ties keep session order), `follows`
+    # naming the previous turn by its place in that order
+    order = np.argsort(arrivals, kind="stable")
+    position = np.empty_like(order)
+    position[order] = np.arange(total)
+    position_of = position.tolist()
     requests: list[TraceRequest] = []
     prev_in, prev_out, prev_chain = 0, 0, tuple[int, ...]()
-    for i in range(total):
-        n_in = prev_in + prev_out + int(appended[i])
-        fresh = first[i] or reset[i] or 0 < spec.max_context < n_in
+    for i, (is_first, is_reset, add, context, n_out, at, wait, s) in enumerate(zip(
+            first.tolist(), reset.tolist(), appended.tolist(), contexts.tolist(),
+            outputs.tolist(), arrivals.tolist(), think.tolist(), session.tolist())):
+        n_in = prev_in + prev_out + add
+        fresh = is_first or is_reset or 0 < spec.max_context < n_in
         if fresh:                       # a new or rewritten context shares only the system prompt
-            n_in = spec.system_tokens + int(contexts[i])
+            n_in = spec.system_tokens + context
         shared = system if fresh else prev_chain[:prev_in // bt]   # a partial last block differs
-        chain = _chain(shared, n_in, bt, new_ids)
+        chain = _chain(shared, n_in, bt, next_id)
+        next_id += len(chain) - len(shared)
         requests.append(TraceRequest(
-            arrival_s=float(arrivals[i]), input_tokens=n_in, output_tokens=int(outputs[i]),
-            hash_ids=chain, block_tokens=bt, session_id=int(session[i]),
-            think_s=float(think[i]), follows=-1 if first[i] else i - 1))
-        prev_in, prev_out, prev_chain = n_in, int(outputs[i]), chain
+            arrival_s=at, input_tokens=n_in, output_tokens=n_out, hash_ids=chain, block_tokens=bt,
+            session_id=s, think_s=wait, follows=-1 if is_first else position_of[i - 1]))
+        prev_in, prev_out, prev_chain = n_in, n_out, chain
 
-    return Workload(_sorted_by_arrival(requests, arrivals), source=f"agent(seed={seed})",
+    return Workload([requests[k] for k in order.tolist()], source=f"agent(seed={seed})",
                     sessions=spec.sessions,
                     extra={"generator": "agent", "seed": seed, "spec": spec.model_dump()})
 
@@ -125,11 +134,3 @@ def generate(synthetic: Synthetic, seed: int) -> Workload:
         return agent_workload(synthetic.knobs, seed)
     return poisson(synthetic.knobs, seed)
 
-
-def _sorted_by_arrival(requests: list[TraceRequest], arrivals: np.ndarray) -> list[TraceRequest]:
-    """Sort by arrival (stable: ties keep session order) and remap `follows` to the new indexes."""
-    order = np.argsort(arrivals, kind="stable")
-    position = np.empty_like(order)
-    position[order] = np.arange(len(order))
-    return [replace(requests[i], follows=int(position[requests[i].follows]))
-            if requests[i].follows >= 0 else requests[i] for i in order]
