@@ -53,7 +53,9 @@ class PoolIndex:
         self._heap: list[tuple[int, int, int]] = []     # (queued, a floor of the KV load, pos)
         self._entry: list[tuple[int, int, int] | None] = []  # each member's live heap entry
         self.changed: dict[Instance, None] = {}          # members marked since the last pick
-        self._holders: dict[int, set[int]] = {}          # block -> positions holding it
+        # block -> the positions holding it, as the bits of an int: a million blocks held as sets
+        # would be a million objects for the cyclic garbage collector to walk, run after run
+        self._holders: dict[int, int] = {}
 
     # -- what routers ask -----------------------------------------------------------------------
     def least(self, skip: frozenset[int] | set[int] = frozenset()) -> tuple[int, int, int] | None:
@@ -87,7 +89,12 @@ class PoolIndex:
     def holders(self, block: int) -> set[int]:
         """Positions of the members in service whose cache holds `block`."""
         self._refresh()
-        return self._holders.get(block, _NONE)
+        mask, found = self._holders.get(block, 0), set()
+        while mask:
+            low = mask & -mask
+            found.add(low.bit_length() - 1)
+            mask ^= low
+        return found
 
     def position(self, inst: Instance) -> int:
         return self._pos[inst]
@@ -141,22 +148,17 @@ class PoolIndex:
         self._added(pos, cache.blocks())
 
     def _added(self, pos: int, blocks: Iterable[int]) -> None:
-        holders = self._holders
+        holders, bit = self._holders, 1 << pos
         for block in blocks:
-            at = holders.get(block)
-            if at is None:
-                holders[block] = {pos}
-            else:
-                at.add(pos)
+            holders[block] = holders.get(block, 0) | bit
 
     def _removed(self, pos: int, blocks: Iterable[int]) -> None:
-        holders = self._holders
+        holders, keep = self._holders, ~(1 << pos)
         for block in blocks:
-            at = holders.get(block)
-            if at is not None:
-                at.discard(pos)
-                if not at:
+            mask = holders.get(block)
+            if mask is not None:
+                mask &= keep
+                if mask:
+                    holders[block] = mask
+                else:
                     del holders[block]
-
-
-_NONE: set[int] = set()

@@ -33,13 +33,16 @@ class CacheAffinity:
     of them is the best (a scan when most of the pool holds the block)."""
 
     def pick(self, instances, req):
+        if not req.hash_ids:                  # no prefix to credit anywhere: the same order
+            return least_queued(instances)
+
         def work(i):
             return i.queued_tokens + req.input_tokens - i.cached_tokens(req)
 
         index = _index(instances)
         if index is None:
             return least_loaded(instances, work)
-        holders = index.holders(req.hash_ids[0]) if req.hash_ids else ()
+        holders = index.holders(req.hash_ids[0])
         if 4 * len(holders) > len(instances):
             return least_loaded(instances, work)
         rest = index.least(skip=holders)
@@ -51,12 +54,21 @@ class LeastLoaded:
     """Least queued work, then least KV in use (in a large `Pool`, from its index)."""
 
     def pick(self, instances, req):
-        index = _index(instances)
-        if index is None:
-            return least_loaded(instances, lambda i: i.queued_tokens)
-        best = index.least()
-        assert best is not None, "routing over an empty pool"
-        return index.members[best[2]]
+        return least_queued(instances)
+
+
+def least_queued(instances: Sequence[Instance]) -> Instance:
+    """Least queued work, then least KV load, then the first (from a large `Pool`'s index)."""
+    index = _index(instances)
+    if index is None:
+        return least_loaded(instances, _queued)
+    best = index.least()
+    assert best is not None, "routing over an empty pool"
+    return index.members[best[2]]
+
+
+def _queued(inst: Instance) -> int:
+    return inst.queued_tokens
 
 
 def least_loaded(instances: Sequence[Instance], work: Callable[[Instance], int]) -> Instance:
