@@ -107,13 +107,20 @@ def cmd_compare(args) -> int:
     capacity = best_split or (not args.no_capacity and (args.capacity or not args.configs))
     if best_split and args.no_capacity:
         raise InputError("--best-split measures capacities: it cannot go with --no-capacity")
-    if args.budget is not None and not best_split:
-        raise InputError("--budget: only with --best-split")
-    if best_split:
+    if (args.budget is not None or args.objective != "capacity") and not best_split:
+        raise InputError("--budget, --objective: only with --best-split")
+    if args.configured_split and (args.configs or best_split):
+        raise InputError("--configured-split: only for the paper scenario (no CONFIG), without "
+                         "--best-split")
+    planned = not args.configs and not best_split and not args.configured_split
+    if planned:
+        configs, budget = paper.planned_configs(overrides)
+    elif best_split:
         from pddsim.experiments.plan import best_splits
         with _backend(args) as backend, _progress(None, args.quiet) as bar:
             bar.unit = "run"
-            chosen = best_splits(paths, overrides, budget=args.budget, seed=args.seed,
+            chosen = best_splits(paths, overrides, budget=args.budget, objective=args.objective,
+                                 seed=args.seed,
                                  backend=backend, cache=_cache(args), on_progress=bar.update)
         configs = [cfg for cfg, _ in chosen]
     else:
@@ -133,8 +140,12 @@ def cmd_compare(args) -> int:
         return 0
     if best_split:
         print(f"each system's best split within ${chosen[0][1].budget:g}/h "
-              f"(BCR at capacity; simulated "
+              f"({args.objective}; simulated "
               + ", ".join(f"{r.simulated} of {r.space}" for _, r in chosen) + " points)")
+    if planned:
+        print(f"each system at its best split within ${budget:g}/h (the most capacity), as "
+              f"--best-split planned it ({paper.PLANNED_SPLITS.parent.name}/"
+              f"{paper.PLANNED_SPLITS.name}); --configured-split: the configs' own splits")
     print(format_comparison(summaries))
     if not args.configs:
         print()
@@ -427,6 +438,12 @@ def parser() -> Parser:
     cmp_.add_argument("--best-split", action="store_true",
                       help="plan each system's instance counts within one budget first, for a fair "
                       "comparison (a capacity search per point: slow on the paper scenario)")
+    cmp_.add_argument("--objective", choices=("capacity", "bcr", "margin"), default="capacity",
+                      help="--best-split's objective: the most capacity within the budget "
+                      "(default), BCR or margin at capacity")
+    cmp_.add_argument("--configured-split", action="store_true",
+                      help="the paper scenario at its configs' own instance counts, not at each "
+                      "system's planned best split")
     cmp_.add_argument("--budget", type=float, metavar="USD_PER_HOUR",
                       help="--best-split's budget (default: the first system's cost)")
     _add_backend_args(cmp_)

@@ -236,7 +236,8 @@ def test_best_split_compare_plans_each_system_within_one_budget(small, shared_ca
     summaries = json.loads(capsys.readouterr().out)
     for path, summary, letters in [(small, summaries[0], "PD"), (colocated, summaries[1], "C")]:
         vary = split_axes(load_config(path), budget)
-        best = plan(path, vary, budget=budget, seed=0, backend=Processes(1), cache=shared_cache).best
+        best = plan(path, vary, budget=budget, objective="capacity", seed=0, backend=Processes(1),
+                    cache=shared_cache).best
         counts = [best["values"][v.split("=")[0]] for v in vary]
         assert summary["split"] == " + ".join(f"{n}{x}" for n, x in zip(counts, letters))
         assert summary["cost_per_hour"] <= budget
@@ -246,3 +247,45 @@ def test_best_split_compare_plans_each_system_within_one_budget(small, shared_ca
     assert "within $90/h" in text and summaries[0]["split"] in text
     input_error(main(["compare", str(small), "--best-split", "--no-capacity"]),
                        capsys.readouterr().err, "--no-capacity")
+
+
+def test_the_paper_comparison_runs_at_the_planned_splits(tmp_path, capsys, input_error):
+    """The paper scenario's default comparison is the fair one: each system at the split that
+    `compare --best-split` found within one budget (shipped: planning it takes hours), each
+    within that budget, the budget being what `--best-split` plans within by default."""
+    from pddsim.cost import cost_per_hour
+    from pddsim.experiments.paper import PAPER_CONFIGS, PLANNED_SPLITS, planned_configs
+    configs, budget = planned_configs()
+    assert budget == cost_per_hour(load_config(PAPER_CONFIGS[0]))
+    planned = yaml.safe_load(PLANNED_SPLITS.read_text())["splits"]
+    for path, cfg in zip(PAPER_CONFIGS, configs):
+        assert cost_per_hour(cfg) <= budget
+        raw = cfg.model_dump()
+        for key, count in planned[path.name].items():
+            _, cluster, _, group, _ = key.split(".")
+            assert raw["clusters"][cluster]["instances"][int(group)]["count"] == count
+    # a count set by hand wins over the planned one
+    mine = planned_configs([f"{P}=1"])[0][0]
+    assert mine.clusters["a"].instances[0].count == 1
+    reduced = ["--set", "workload.synthetic.knobs.sessions=4", "--no-capacity", "--quiet"]
+    assert main(["compare", *reduced]) == 0
+    out = capsys.readouterr().out
+    assert f"each system at its best split within ${budget:g}/h" in out
+    assert main(["compare", *reduced, "--json"]) == 0
+    summaries = json.loads(capsys.readouterr().out)
+    assert main(["compare", *reduced, "--configured-split", "--json"]) == 0
+    configured = json.loads(capsys.readouterr().out)
+    from pddsim.experiments.compare import split_label
+    assert [s["split"] for s in summaries] == [split_label(c) for c in configs]
+    assert [s["split"] for s in configured] == [split_label(load_config(p)) for p in PAPER_CONFIGS]
+    input_error(main(["compare", str(PAPER_CONFIGS[0]), "--configured-split"]),
+                capsys.readouterr().err, "--configured-split")
+    # a planned-splits file that lacks a system or is over budget is one line naming it
+    bad = tmp_path / "plan.yaml"
+    for text, says in [("budget_per_hour: 176\nsplits: {}\n", "no split for same_dc_pd.yaml"),
+                       ("budget_per_hour: 1\nsplits: {same_dc_pd.yaml: {}}\n", "over the budget"),
+                       ("budget: 1\nsplits: {}\n", "budget")]:
+        bad.write_text(text)
+        with pytest.raises(InputError, match=says) as e:
+            planned_configs(path=bad)
+        assert str(bad) in str(e.value)

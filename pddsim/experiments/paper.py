@@ -7,13 +7,49 @@ is no evidence for the model) or *predicted* (it emerges from the mechanisms).""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Sequence
 
 import pandas as pd
+from pydantic import PositiveFloat, PositiveInt
 
-from pddsim.config import bundled
+from pddsim.config import Config, bundled, load_config
+from pddsim.cost import cost_per_hour
+from pddsim.errors import InputError
+from pddsim.schema import Strict, load_model
 
 PAPER_CONFIGS = [bundled(f"paper/{name}.yaml") for name in ("same_dc_pd", "cross_dc_pd", "pdd")]
+PLANNED_SPLITS = bundled("plans/paper.yaml")
+
+
+class PlannedSplits(Strict):
+    """Each paper system's best split within one budget, as `compare --best-split` found it (a
+    plan of the paper scenario takes hours; its answer ships so the default comparison is fair
+    and fast): config file name -> instance counts by dotted path."""
+    budget_per_hour: PositiveFloat
+    splits: dict[str, dict[str, PositiveInt]]
+
+
+def planned_configs(overrides: Sequence[str] = (), path: Path = PLANNED_SPLITS
+                    ) -> tuple[list[Config], float]:
+    """The paper systems at their planned splits (then `overrides`), and the budget they were
+    planned within. A planned split over that budget, or a system the plan lacks, is an input
+    error naming the file."""
+    planned = load_model(PlannedSplits, path, "planned splits")
+    configs = []
+    for config_path in PAPER_CONFIGS:
+        values = planned.splits.get(config_path.name)
+        if values is None:
+            raise InputError(f"{path}: splits: no split for {config_path.name}")
+        counts = [f"{k}={v}" for k, v in values.items()]
+        cfg = load_config(config_path, counts)
+        if cost_per_hour(cfg) > planned.budget_per_hour * (1 + 1e-9):
+            raise InputError(f"{path}: splits.{config_path.name} costs ${cost_per_hour(cfg):g}/h, "
+                             f"over the budget of ${planned.budget_per_hour:g}/h")
+        if overrides:                         # after the planned counts: a count set here wins
+            cfg = load_config(config_path, counts + list(overrides))
+        configs.append(cfg)
+    return configs, planned.budget_per_hour
 
 
 FITTED, PREDICTED = "fitted", "predicted"

@@ -221,10 +221,12 @@ def split_axes(cfg: Config, budget: float) -> list[str]:
 
 
 def best_splits(paths: Sequence[str | Path], overrides: Sequence[str] = (), *, budget: float | None = None,
-                **search) -> list[tuple[Config, Plan]]:
+                objective: str = "capacity", **search) -> list[tuple[Config, Plan]]:
     """Each system planned within one budget (default: the first system's cost as configured) on
-    the first system's workload, for a fair comparison: each system's best split by BCR at
-    capacity, with its plan. `search` goes to `plan` (backend, cache, seed, progress)."""
+    the first system's workload, for a fair comparison: each system's best split, with its plan.
+    By default the best is the most capacity the budget buys: by BCR at capacity the smallest
+    split that meets the SLO at some load wins (the cheapest way to serve a sliver of the
+    traffic, not what the budget buys). `search` goes to `plan` (backend, cache, seed, progress)."""
     first = load_config(paths[0], overrides)
     budget = cost_per_hour(first) if budget is None else budget
     workload = first.workload.model_dump(mode="json", exclude_defaults=True)
@@ -234,7 +236,7 @@ def best_splits(paths: Sequence[str | Path], overrides: Sequence[str] = (), *, b
     chosen = []
     for path in paths:
         vary = split_axes(load_config(path, same_traffic), budget)
-        result = plan(path, vary, same_traffic, budget=budget, objective="bcr", **search)
+        result = plan(path, vary, same_traffic, budget=budget, objective=objective, **search)
         if result.best is None:
             raise InputError(f"{path}: no split within ${budget:g}/h has a measured capacity")
         values = copy.deepcopy(result.best["values"])
