@@ -293,8 +293,7 @@ class Instance:
 
     # -- engine -----------------------------------------------------------------------------------
     def _poke(self) -> None:
-        if (watch := self.load_watch) is not None:   # `_changed`, inline: a hot path
-            watch[self] = None
+        self._changed()
         wake = self._wake
         if wake is not None:                  # idle: wake the loop (once)
             self._wake = None
@@ -312,8 +311,7 @@ class Instance:
                 self._admit()
             if not self.prefilling and not self._decoders:
                 self._wake = env.event()
-                if (watch := self.load_watch) is not None:   # `_changed`, inline: a hot path
-                    watch[self] = None
+                self._changed()
                 yield self._wake              # `_poke` clears `_wake` as it triggers it
                 continue
             chunks, plan = self._plan()
@@ -324,8 +322,7 @@ class Instance:
             settled = self._ctx_base + n * self.iters
             if chunks:                        # one iteration with prefill in it, `plan` seconds
                 self._ctx_end = settled + n
-                if (watch := self.load_watch) is not None:
-                    watch[self] = None
+                self._changed()
                 yield env.timeout(plan)
                 self._complete(chunks, 1, t0, plan, plan, plan)
                 continue
@@ -334,8 +331,7 @@ class Instance:
             self._ctx_end = settled + n * k
             self._run_in_flight, self._run_t0, self._flight_at = run, t0, -1.0
             self._interruptible = True
-            if (watch := self.load_watch) is not None:
-                watch[self] = None
+            self._changed()
             try:
                 yield env.timeout(elapsed)
             except simpy.Interrupt as stop:   # new work: stop at the next iteration boundary
