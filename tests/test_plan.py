@@ -129,6 +129,40 @@ def test_workers_and_seeds_change_nothing(small):
     assert one.distinguishable in (True, False)
 
 
+class Slots:
+    """A backend with `workers` slots that runs each batch here, in order."""
+
+    def __init__(self, workers: int):
+        self.workers, self.batches = workers, []
+
+    def map(self, fn, items, shared=None, on_done=None):
+        self.batches.append(len(items))
+        results = [fn(shared, item) for item in items]
+        for i, value in enumerate(results):
+            if on_done is not None:
+                on_done(i, value)
+        return results
+
+
+def test_idle_workers_measure_ahead_without_changing_the_plan(small):
+    """Workers a wave leaves idle measure the next wave's points ahead, so more runs happen than
+    points count as simulated; yet the plan (which points are simulated or pruned, every
+    number) and its progress are the ones a single worker gives."""
+    vary = [f"{P}=1..3", f"{D}=1..3"]
+    ticks = {1: 0, 3: 0}
+
+    def tick(workers):
+        return lambda n: ticks.__setitem__(workers, ticks[workers] + n)
+
+    one = plan(small, vary, load=40.0, seed=0, backend=Processes(1), on_progress=tick(1))
+    slots = Slots(3)
+    three = plan(small, vary, load=40.0, seed=0, backend=slots, on_progress=tick(3))
+    assert three.to_json() == one.to_json() and ticks[3] == ticks[1]
+    assert any(p["status"] == "pruned" for p in one.points)
+    assert sum(slots.batches) > one.simulated
+    assert max(slots.batches) % 3 == 0
+
+
 def test_cli_json_table_and_out(small, shared_cache, tmp_path, capsys):
     out = tmp_path / "out"
     args = ["plan", str(small), *(f"--vary={v}" for v in VARY), "--budget", "110", "--jobs", "1",

@@ -4,7 +4,8 @@ Plans and sweeps hand `Backend.map` a module-level function and a list of items;
 `fn(shared, item)`, so it ships by name and the shared data (a workload) once per batch. Results
 come back in item order whatever finished first, so no table depends on the backend or the number
 of workers (`simulate` has no globals). A call that raises is retried; one that fails for good
-comes back as a `Failed` carrying its reason, never dropped.
+comes back as a `Failed` carrying its reason, never dropped. `workers` says how many calls run at
+once (a plan fills idle ones with work ahead).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ class Processes:
     def __init__(self, jobs: int | None = None):
         if jobs is not None and jobs < 1:
             raise InputError(f"--jobs {jobs}: must be at least 1")
-        self.jobs = jobs or os.cpu_count() or 1
+        self.workers = jobs or os.cpu_count() or 1
         self._pool: ProcessPoolExecutor | None = None
 
     def __enter__(self):
@@ -67,7 +68,7 @@ class Processes:
                 return False
             return True
 
-        if self.jobs == 1 or len(items) <= 1:
+        if self.workers == 1 or len(items) <= 1:
             for i, item in enumerate(items):
                 while True:
                     try:
@@ -81,7 +82,7 @@ class Processes:
         todo = list(range(len(items)))
         while todo:
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(self.jobs)
+                self._pool = ProcessPoolExecutor(self.workers)
             running = {self._pool.submit(fn, shared, items[i]): i for i in todo}
             todo = []
             while running:
@@ -131,8 +132,8 @@ class Ray:
         self._task = ray.remote(max_retries=RETRIES, retry_exceptions=True)(_call)
         # a worker imports the simulator on its first task (seconds): done here, once per CPU,
         # so that cost is part of starting the cluster, as on a long-lived one, not the points'
-        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        ray.get([ray.remote(_import_simulator).remote() for _ in range(cpus)])
+        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        ray.get([ray.remote(_import_simulator).remote() for _ in range(self.workers)])
 
     def __enter__(self):
         return self

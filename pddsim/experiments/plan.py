@@ -16,7 +16,9 @@ as it can while staying exact:
 Points run in waves, alternately the largest (maximal) and the smallest (minimal) of the points
 still open: the largest give the bounds, the smallest the cheap points that dominate. A wave is
 chosen from the measurements of the waves before it only, so which points run, and every number,
-is the same whatever the backend or the number of workers.
+is the same whatever the backend or the number of workers. A wave that does not fill every worker
+lends the idle ones to the points of the next wave: measured ahead, a point's result waits until
+its wave comes, and is dropped unseen if the point is pruned first, so it only saves time.
 """
 from __future__ import annotations
 
@@ -262,6 +264,7 @@ class _Search:
         self.progress = on_progress or (lambda n: None)
         self.workloads: dict[str, tuple[Workload, str]] = {}     # key -> (workload, digest)
         self.cached = 0
+        self.ahead: dict[tuple[int, int], Any] = {}   # (point, seed index) -> measured ahead
 
     def _workload(self, cfg: Config) -> str:
         key = json.dumps([cfg.workload.model_dump(mode="json"), cfg.base_dir, cfg.seed])
@@ -290,32 +293,44 @@ class _Search:
             return (-k.capacity, k.cost, k.n)
         return (k.cost, -k.capacity, k.n)
 
-    def run(self, wave: list[Point]) -> None:
+    def run(self, wave: list[Point], upcoming: list[Point]) -> None:
+        """Measure the wave; workers it leaves idle measure points of `upcoming` ahead."""
         tasks, owners = [], []
         for p in wave:
             p.samples = [None] * len(self.seeds)
-            assert p.cfg is not None                      # open points are deployments
-            for i, s in enumerate(self.seeds):
-                cfg = p.cfg.model_copy(update={"seed": s})
-                wkey = self._workload(cfg)
-                key = self.cache.key(TASK, cfg, self.workloads[wkey][1], s) if self.cache else None
-                hit = self.cache.get(key) if self.cache else None
+            for i, task, key in self._tasks(p):
+                hit = self.ahead.pop((p.n, i), None)
+                if hit is None and key is not None:
+                    hit = self.cache.get(key)
+                    self.cached += hit is not None
                 if hit is not None:
                     p.samples[i] = hit
-                    self.cached += 1
                     self.progress(1)
                 else:
-                    tasks.append((cfg, wkey, s))
+                    tasks.append(task)
                     owners.append((p, i, key))
+        wanted = len(tasks)
+        idle = -wanted % getattr(self.backend, "workers", 1) if tasks else 0
+        for q, (i, task, key) in ((u, t) for u in upcoming for t in self._tasks(u)):
+            if not idle:
+                break
+            if (q.n, i) not in self.ahead and not (key and self.cache.get(key)):
+                tasks.append(task)
+                owners.append((q, i, key))
+                idle -= 1
 
         def done(j: int, value) -> None:
             if self.cache and not isinstance(value, Failed):
                 self.cache.put(owners[j][2], value)
-            self.progress(1)
+            if j < wanted:
+                self.progress(1)
 
         shared = {t[1]: self.workloads[t[1]][0] for t in tasks}
-        for (p, i, _), value in zip(owners, self.backend.map(measure, tasks, shared, done)):
+        values = self.backend.map(measure, tasks, shared, done)
+        for (p, i, _), value in zip(owners[:wanted], values):
             p.samples[i] = value
+        for (p, i, _), value in zip(owners[wanted:], values[wanted:]):
+            self.ahead[p.n, i] = value
         for p in wave:
             failure = next((s for s in p.samples if isinstance(s, Failed)), None)
             if failure is not None:
@@ -325,6 +340,15 @@ class _Search:
             p.capacity = interval([s["capacity_rps"] for s in p.samples])[0]
             p.bcr = interval([s["bcr_at_capacity"] for s in p.samples])[0]
             p.margin = interval([s.get("margin_at_capacity") for s in p.samples])[0]
+
+    def _tasks(self, p: Point):
+        """(seed index, task, cache key) for each of the point's seeds."""
+        assert p.cfg is not None                      # open points are deployments
+        for i, s in enumerate(self.seeds):
+            cfg = p.cfg.model_copy(update={"seed": s})
+            wkey = self._workload(cfg)
+            key = self.cache.key(TASK, cfg, self.workloads[wkey][1], s) if self.cache else None
+            yield i, (cfg, wkey, s), key
 
     def bound(self, q: Point) -> tuple[float, Known | None]:
         """The least measured capacity among points with at least q's instances, raised by the
@@ -373,7 +397,9 @@ class _Search:
         open_ = [p for p in self.points if p.status == "open"]
         top = True
         while open_:
-            self.run(_frontier(open_, self.counts, top))
+            wave = _frontier(open_, self.counts, top)
+            rest = [p for p in open_ if p not in wave]
+            self.run(wave, _frontier(rest, self.counts, not top))
             top = not top
             open_ = [p for p in open_ if p.status == "open"]
             self.prune(open_)
