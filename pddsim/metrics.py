@@ -23,7 +23,11 @@ INT_COLUMNS = ("request", "session", "input_tokens", "output_tokens", "tokens_ou
 
 
 class Recorder:
-    """Collects one row per ended request."""
+    """Collects one row per ended request. A row goes into a small row-major buffer in one call;
+    every `FLUSH_ROWS` rows the buffer is split into the per-column arrays, which `frame` can
+    reorder one at a time."""
+
+    FLUSH_ROWS = 4096
 
     def __init__(self):
         self.floats = {c: array("d") for c in FLOAT_COLUMNS}
@@ -31,6 +35,8 @@ class Recorder:
         self.ints = {c: array("q") for c in INT_COLUMNS}
         self.pipeline = array("b")
         self.failure = array("q")
+        self._float_rows = array("d")
+        self._int_rows = array("q")
         self._pipelines: dict[str, int] = {}
         self._failures: dict[str, int] = {"": 0}
 
@@ -38,41 +44,41 @@ class Recorder:
         return len(self.pipeline)
 
     def record(self, req: Request) -> None:
-        f, i = self.floats, self.ints
-        first, end = req.first_token_s, req.finish_s
+        first, end, arrival = req.first_token_s, req.finish_s, req.arrival_s
         assert end is not None, "recorded before it ended"
-        f["arrival_s"].append(req.arrival_s)
-        f["ttft_s"].append(np.nan if first is None else first - req.arrival_s)
-        f["tpot_s"].append((req.last_token_s - first) / (req.tokens_out - 1)
-                           if first is not None and req.tokens_out > 1 else np.nan)
-        f["itl_max_s"].append(req.max_gap_s)
-        f["e2e_s"].append(end - req.arrival_s)
-        f["finish_s"].append(end)
-        f["wan_bytes"].append(req.wan_bytes)
-        f["wan_bytes_no_drc"].append(req.wan_bytes_no_drc)
-        f["rdma_bytes"].append(req.rdma_bytes)
-        f["handoff_stall_s"].append(req.handoff_stall_s)
+        self._float_rows.extend((
+            arrival,
+            np.nan if first is None else first - arrival,
+            (req.last_token_s - first) / (req.tokens_out - 1)
+            if first is not None and req.tokens_out > 1 else np.nan,
+            req.max_gap_s, end - arrival, end, req.wan_bytes, req.wan_bytes_no_drc,
+            req.rdma_bytes, req.handoff_stall_s))
         self.stage_values.extend(req.stages)
         self.stage_values.extend(req.ttft_stages or NO_STAGES)
-        i["request"].append(req.idx)
-        i["session"].append(req.trace.session_id)
-        i["input_tokens"].append(req.input_tokens)
-        i["output_tokens"].append(req.output_tokens)
-        i["tokens_out"].append(req.tokens_out)
-        i["hit_tokens"].append(req.hit_tokens)
-        i["hit_tokens_decode"].append(req.hit_tokens_decode)
-        i["handoffs"].append(req.handoffs)
-        i["handoff_tail_tokens"].append(req.handoff_tail_tokens)
-        i["relay_tokens"].append(req.relay_tokens)
-        i["follows"].append(req.trace.follows)
+        self._int_rows.extend((
+            req.idx, req.trace.session_id, req.input_tokens, req.output_tokens, req.tokens_out,
+            req.hit_tokens, req.hit_tokens_decode, req.handoffs, req.handoff_tail_tokens,
+            req.relay_tokens, req.trace.follows))
         self.pipeline.append(self._pipelines.setdefault(req.pipeline, len(self._pipelines)))
         self.failure.append(self._failures.setdefault(req.failed or "", len(self._failures)))
+        if len(self._int_rows) >= self.FLUSH_ROWS * len(INT_COLUMNS):
+            self._flush()
+
+    def _flush(self) -> None:
+        for rows, columns, dtype in ((self._float_rows, self.floats, np.float64),
+                                     (self._int_rows, self.ints, np.int64)):
+            table = np.frombuffer(rows, dtype=dtype).reshape(-1, len(columns))
+            for k, column in enumerate(columns.values()):
+                column.frombytes(table[:, k].tobytes())
+            del table
+            del rows[:]
 
     def frame(self, slo) -> pd.DataFrame:
         """The records in request order, as a frame; consumes the recorder. Rows arrive in end
         order: each column is reordered on its own and its buffer released before the next, and
         the frame takes the reordered arrays as they are, so the peak stays near one copy of the
         records (a million-request run)."""
+        self._flush()
         order = np.argsort(np.frombuffer(self.ints["request"], dtype=np.int64), kind="stable")
         stages = np.frombuffer(self.stage_values, dtype=np.float64).reshape(
             -1, len(STAGE_COLUMNS) + len(TTFT_STAGE_COLUMNS))

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from pddsim.config import bundled, load_config
+from pddsim.metrics import Recorder
 from pddsim.sim import load_workload, simulate
 from pddsim.workload.model import TraceRequest, Workload
 from pddsim.workload.synthetic import poisson_workload
@@ -49,6 +50,18 @@ def test_every_request_ends_exactly_once(make_config, replay):
     assert (df.status == "completed").all()
     assert (df.tokens_out == df.output_tokens).all()
     assert (df.finish_s >= df.arrival_s).all()
+
+
+def test_records_do_not_depend_on_when_the_row_buffer_is_flushed(make_config, monkeypatch):
+    """Rows are buffered and split into columns in batches: batches of 7 rows (with a partial
+    last one) give the frame one batch gives."""
+    cfg = make_config(roles=(("prefill", 2), ("decode", 2)),
+                      workload={"trace": "x", "replay": "closed", "session_start": "poisson",
+                                "session_rate_rps": 2.0})
+    w = sessions_workload()
+    whole = simulate(cfg, w).requests
+    monkeypatch.setattr(Recorder, "FLUSH_ROWS", 7)
+    assert len(w) % 7 and simulate(cfg, w).requests.equals(whole)
 
 
 def test_a_prompt_the_decode_cache_holds_whole_still_reaches_decode(make_config):
