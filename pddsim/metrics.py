@@ -46,7 +46,7 @@ class Recorder:
     def record(self, req: Request) -> None:
         first, end, arrival = req.first_token_s, req.finish_s, req.arrival_s
         assert end is not None, "recorded before it ended"
-        self._float_rows.extend((
+        self._float_rows.extend((         # in FLOAT_COLUMNS order
             arrival,
             np.nan if first is None else first - arrival,
             (req.last_token_s - first) / (req.tokens_out - 1)
@@ -55,7 +55,7 @@ class Recorder:
             req.rdma_bytes, req.handoff_stall_s))
         self.stage_values.extend(req.stages)
         self.stage_values.extend(req.ttft_stages or NO_STAGES)
-        self._int_rows.extend((
+        self._int_rows.extend((           # in INT_COLUMNS order
             req.idx, req.trace.session_id, req.input_tokens, req.output_tokens, req.tokens_out,
             req.hit_tokens, req.hit_tokens_decode, req.handoffs, req.handoff_tail_tokens,
             req.relay_tokens, req.trace.follows))
