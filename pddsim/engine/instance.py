@@ -1,12 +1,13 @@
 """One serving instance: continuous batching with chunked prefill over paged KV memory.
 
-The engine runs one SimPy process per instance and yields once per *segment*: a single iteration
-when prefill chunks are in the batch, or k identical-membership decode iterations at once (k stops
-at the next request to finish or at the memory limit). The performance model prices such a run in
-closed form, and a request's tokens are derived arithmetically: it records the iteration index at
-which it joined, and on leaving it has produced (now - join) tokens. A request arriving mid-segment
-interrupts the process, which cuts the segment at the next iteration boundary: new work joins a batch
-only there, as in a real engine.
+The engine schedules one SimPy event per *segment* and runs on in that event's callback: a single
+iteration when prefill chunks are in the batch, or k identical-membership decode iterations at once
+(k stops at the next request to finish or at the memory limit). The performance model prices such a
+run in closed form, and a request's tokens are derived arithmetically: it records the iteration
+index at which it joined, and on leaving it has produced (now - join) tokens. A request arriving
+mid-segment cuts the segment at the next iteration boundary: new work joins a batch only there, as
+in a real engine. (Callbacks rather than a generator process: the same events in the same order as
+a process with interrupts, without resuming a generator or throwing into it at every segment.)
 
 Work on an instance is uniform: `prefill_left` tokens to compute (a prompt, a recompute after
 preemption, or the token IDs of an extend-decode handoff), whose last chunk yields one token, then
@@ -32,18 +33,24 @@ from math import inf, nextafter
 from typing import Callable
 
 import simpy
+from simpy.events import URGENT
 
 from pddsim.engine.network import Flow, Link
+from pddsim.engine.perf import LinearRun
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.engine.request import Request
 from pddsim.intmath import ceil_div
 
-DOWN = "instance down"                 # the cause of the interrupt that stops a crashed instance
 
+class _Urgent(simpy.Event):
+    """Calls `callback` at this instant before the events already due now, as SimPy starts and
+    interrupts a process: the instance's loop starts, and a run is cut, where a process would."""
 
-def _defuse(process) -> None:
-    """A crashed instance's process ends with its interrupt: that is no error of the run."""
-    process.defused = True
+    def __init__(self, env: simpy.Environment, callback: Callable[[simpy.Event], None]):
+        super().__init__(env)
+        self._ok, self._value = True, None
+        self.callbacks.append(callback)
+        env.schedule(self, URGENT)
 
 
 QUEUE_STAGE = {"prefill": "prefill_queue", "colocated": "prefill_queue", "relay": "relay_queue",
@@ -83,7 +90,7 @@ class Instance:
         self.tracer = None                    # a timeline told of every segment, when one is kept
         self.load_watch: dict | None = None   # a pool's index: told when what routers see may change
         self._empty()
-        self.process = env.process(self._run())
+        self._pending: simpy.Event = _Urgent(env, self._step)   # what the loop continues from
 
     def _empty(self) -> None:
         """The engine's state of an instance serving nothing (at start, and after a restart)."""
@@ -105,21 +112,26 @@ class Instance:
         self._seq = 0
         self._seg_end: list[int] = []         # suffix-max stack of iteration times, by end iter
         self._seg_max: list[float] = []
-        self._run_in_flight = None            # the decode run under way and its start time
+        self._run_in_flight: LinearRun | None = None   # the decode run under way, its start
         self._run_t0 = 0.0
         self._flight_at = -1.0                # when `_iters_in_flight` last answered, and what
         self._flight_iters = 0
         self.pending_prefill_tokens = 0
         self.inbound_tokens = 0               # prompts whose KV is on its way here (the pipeline's)
         self.waiting_tokens = 0
-        self._wake = None
+        self._wake: simpy.Event | None = None
         self._interruptible = False
+        self._cut_event: _Urgent | None = None
+        self._segment: tuple = ()             # the mixed iteration in flight: chunks, start, seconds
+        self._run_k = 0                       # iterations of the decode run in flight (once cut)
+        self._run_s = 0.0                     # and their seconds
 
     def crash(self) -> None:
-        """The instance dies: its process stops where it is, and every request's KV on it, its
+        """The instance dies: its loop stops where it is, and every request's KV on it, its
         prefix cache and its queue are lost (the pipeline has re-dispatched those requests)."""
-        self.process.callbacks.append(_defuse)
-        self.process.interrupt(DOWN)
+        for event in (self._pending, self._cut_event):
+            if event is not None and event.callbacks:
+                event.callbacks.clear()
         for flow in self._loads.values():
             assert self.host_load is not None
             self.host_load.cancel(flow)
@@ -129,7 +141,7 @@ class Instance:
 
     def restart(self) -> None:
         """Back in service after a crash, serving nothing, its cache empty."""
-        self.process = self.env.process(self._run())
+        self._pending = _Urgent(self.env, self._step)
 
     # -- what routers see ---------------------------------------------------------------------
     @property
@@ -298,11 +310,17 @@ class Instance:
         if wake is not None:                  # idle: wake the loop (once)
             self._wake = None
             wake.succeed()
-        elif self._interruptible:
+        elif self._interruptible:             # a decode run: cut it at the next boundary
             self._interruptible = False
-            self.process.interrupt()
+            self._cut_event = _Urgent(self.env, self._cut)
 
-    def _run(self):
+    def _wait(self, event: simpy.Event, then: Callable[[simpy.Event], None]) -> None:
+        self._pending = event
+        event.callbacks.append(then)
+
+    def _step(self, _event: simpy.Event | None = None) -> None:
+        """At an iteration boundary: serve what waits for one, admit, and start the next segment
+        (or wait for work)."""
         env = self.env
         while True:
             if self._at_boundary:
@@ -310,10 +328,10 @@ class Instance:
             if self.waiting:
                 self._admit()
             if not self.prefilling and not self._decoders:
-                self._wake = env.event()
+                self._wake = wake = env.event()
                 self._changed()
-                yield self._wake              # `_poke` clears `_wake` as it triggers it
-                continue
+                self._wait(wake, self._step)  # `_poke` clears `_wake` as it triggers it
+                return
             chunks, plan = self._plan()
             if chunks is None:                # out of memory: a decoder was preempted, re-plan
                 continue
@@ -322,30 +340,47 @@ class Instance:
             settled = self._ctx_base + n * self.iters
             if chunks:                        # one iteration with prefill in it, `plan` seconds
                 self._ctx_end = settled + n
+                self._segment = (chunks, t0, plan)
                 self._changed()
-                yield env.timeout(plan)
-                self._complete(chunks, 1, t0, plan, plan, plan)
-                continue
+                self._wait(env.timeout(plan), self._mixed_done)
+                return
             run = plan                        # a run of decode iterations
-            k, elapsed = run.k, run.total_s
-            self._ctx_end = settled + n * k
+            self._run_k, self._run_s = run.k, run.total_s
+            self._ctx_end = settled + n * run.k
             self._run_in_flight, self._run_t0, self._flight_at = run, t0, -1.0
             self._interruptible = True
             self._changed()
-            try:
-                yield env.timeout(elapsed)
-            except simpy.Interrupt as stop:   # new work: stop at the next iteration boundary
-                if stop.cause is DOWN:
-                    raise
-                done_s = env.now - t0
-                k = run.cut(done_s)
-                elapsed = run.elapsed(k)
-                if elapsed > done_s:
-                    self._changed()
-                    yield env.timeout(elapsed - done_s)
-            self._interruptible = False
-            self._run_in_flight = None
-            self._complete((), k, t0, run.first_s, run.longest(k), elapsed)
+            self._wait(env.timeout(run.total_s), self._run_done)
+            return
+
+    def _mixed_done(self, _event: simpy.Event) -> None:
+        chunks, t0, plan = self._segment
+        self._segment = ()
+        self._complete(chunks, 1, t0, plan, plan, plan)
+        self._step()
+
+    def _cut(self, _event: simpy.Event) -> None:
+        """New work arrived during a decode run: it ends at the first boundary from now on."""
+        self._cut_event = None
+        run = self._run_in_flight
+        assert run is not None
+        self._pending.callbacks.remove(self._run_done)
+        done_s = self.env.now - self._run_t0
+        self._run_k = k = run.cut(done_s)
+        self._run_s = elapsed = run.elapsed(k)
+        if elapsed > done_s:
+            self._changed()
+            self._wait(self.env.timeout(elapsed - done_s), self._run_done)
+        else:
+            self._run_done(_event)
+
+    def _run_done(self, _event: simpy.Event) -> None:
+        run, k = self._run_in_flight, self._run_k
+        assert run is not None
+        self._interruptible = False
+        self._run_in_flight = None
+        self._complete((), k, self._run_t0, run.first_s, run.longest(k), self._run_s)
+        self._step()
 
     def _admit(self) -> None:
         now = self.env.now
