@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -34,7 +35,7 @@ from pddsim.timeseries import (
     instance_utilization,
     link_utilization,
     utilization_summary,
-    windows,
+    window_table,
 )
 from pddsim.workload.model import Workload
 from pddsim.workload.readers import read_workload
@@ -50,8 +51,14 @@ class Result:
     instances: pd.DataFrame                 # per instance: role, busy share, tokens, preemptions, KV peak
     sessions: pd.DataFrame                  # per agent session: completion time and slowdown
     timeseries: pd.DataFrame                # sampled state: time_s, entity, metric, value
-    windows: pd.DataFrame                   # per arrival window and hit bucket: rate, TTFT, SLO
+    window_s: float                         # the width of `windows` (the sampling period)
     timeline: Timeline | None = None        # kept when config.observe.timeline is on
+
+    @cached_property
+    def windows(self) -> pd.DataFrame:
+        """Per arrival window and hit bucket: rate, TTFT, SLO; built when first asked (a
+        capacity search or a plan never asks)."""
+        return window_table(self.requests, self.window_s)
 
     def write(self, out_dir: str | Path, requests_format: str = "parquet") -> None:
         """Every table of the run into `out_dir` (Parquet; the per-request table optionally as
@@ -217,5 +224,5 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     if faults is not None:
         summary.update(faults.summary(df, env.now))
     return Result(summary=summary, requests=df, links=links, instances=instances, sessions=sessions,
-                  timeseries=series, windows=windows(df, period_s if period_s > 0 else env.now
-                                                     or 1.0), timeline=timeline)
+                  timeseries=series, window_s=period_s if period_s > 0 else env.now or 1.0,
+                  timeline=timeline)

@@ -141,7 +141,7 @@ def utilization_summary(instances: pd.DataFrame, links: dict) -> dict:
     return out
 
 
-def windows(requests: pd.DataFrame, period_s: float) -> pd.DataFrame:
+def window_table(requests: pd.DataFrame, period_s: float) -> pd.DataFrame:
     """Per window of arrival time and per hit-rate bucket (and `all`): arrivals, arrival rate,
     TTFT P50/P90 of completed requests, SLO attainment."""
     if not len(requests):

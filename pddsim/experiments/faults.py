@@ -10,7 +10,7 @@ import pandas as pd
 
 from pddsim.config import Config, InstanceFault
 from pddsim.sim import simulate
-from pddsim.timeseries import windows
+from pddsim.timeseries import window_table
 from pddsim.workload.model import Workload
 
 MINUTE_S = 60.0
@@ -50,7 +50,7 @@ def fault_study(configs: list[Config], workload: Workload, *, seed: int | None =
     for cfg in configs:
         result = simulate(cfg, workload, seed, on_progress=on_progress)
         summaries.append(result.summary)
-        w = windows(result.requests, MINUTE_S)
+        w = window_table(result.requests, MINUTE_S)
         w = w[w["bucket"] == "all"].drop(columns=["bucket", "arrival_rps"])
         minutes.append(w.rename(columns={"window_start_s": "minute_start_s"})
                        .assign(system=cfg.name))
