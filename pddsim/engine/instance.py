@@ -123,8 +123,8 @@ class Instance:
         self._interruptible = False
         self._cut_event: _Urgent | None = None
         self._segment: tuple = ()             # the mixed iteration in flight: chunks, start, seconds
-        self._run_k = 0                       # iterations of the decode run in flight (once cut)
-        self._run_s = 0.0                     # and their seconds
+        self._run_k = 0                       # iterations the decode run in flight ends after
+        self._run_s = 0.0                     # and their seconds (both lowered when it is cut)
 
     def crash(self) -> None:
         """The instance dies: its loop stops where it is, and every request's KV on it, its
@@ -315,6 +315,7 @@ class Instance:
             self._cut_event = _Urgent(self.env, self._cut)
 
     def _wait(self, event: simpy.Event, then: Callable[[simpy.Event], None]) -> None:
+        """Continue with `then` once `event` is processed (a crash takes it back)."""
         self._pending = event
         event.callbacks.append(then)
 
