@@ -106,12 +106,21 @@ class Recorder:
         return df
 
 
-def _pct(series: pd.Series, q: float) -> float:
-    values = series.dropna().to_numpy()
+def _mean(values: np.ndarray) -> float:
+    """Mean of the values that are not NaN (NaN if none), summed as pandas sums them."""
+    missing = np.isnan(values)
+    n = len(values) - int(missing.sum())
+    if not n:
+        return float("nan")
+    return float((np.where(missing, 0.0, values) if n < len(values) else values).sum() / n)
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    values = values[~np.isnan(values)]
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
-def _share(mask) -> float:
+def _share(mask: np.ndarray) -> float:
     return float(mask.mean()) if len(mask) else 0.0
 
 
@@ -145,60 +154,70 @@ def turns_out_of_order(df: pd.DataFrame) -> float:
 def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_duration_s: float,
               cost_per_hour: float, wall_s: float) -> dict:
     """The run's headline figures, all SI units. Latency statistics are over completed requests;
-    a statistic with no sample (no handoff in a PD run, say) is None."""
-    done = df[df["status"] == "completed"]
+    a statistic with no sample (no handoff in a PD run, say) is None. Computed on the columns'
+    arrays: a capacity search summarises every run it makes."""
+    col = {c: df[c].to_numpy() for c in df.columns if c not in ("pipeline", "failure", "status",
+                                                                 "hit_bucket")}
+    completed = df["status"].to_numpy() == "completed"
+    done = {c: values[completed] for c, values in col.items()}
+    pipeline = df["pipeline"].cat
+    routes = list(pipeline.categories)
+    codes = pipeline.codes.to_numpy()
+
+    def route_is(*names: str) -> np.ndarray:
+        return np.isin(codes, [routes.index(n) for n in names if n in routes])
+
     dur = max(sim_duration_s, 1e-12)
-    met = int(df["slo_met"].sum())
+    met = int(col["slo_met"].sum())
     goodput = met / dur
-    to_decoder = df[df["pipeline"].isin([Route.P_D.value, Route.P_MD.value, Route.P_RLD_MD.value])]
-    handed = df[df["handoffs"] > 0]
+    to_decoder = route_is(Route.P_D.value, Route.P_MD.value, Route.P_RLD_MD.value)
+    handed = col["handoffs"] > 0
     summary = {
         "system": system,
         "requests_total": int(len(df)),
-        "requests_completed": int(len(done)),
-        "requests_failed": int(len(df) - len(done)),
+        "requests_completed": int(completed.sum()),
+        "requests_failed": int(len(df) - completed.sum()),
         "sim_duration_s": float(sim_duration_s),
         "achieved_rps": achieved_rps(df),
         "turns_out_of_order": turns_out_of_order(df),
-        "ttft_mean_s": float(done["ttft_s"].mean()) if len(done) else float("nan"),
+        "ttft_mean_s": _mean(done["ttft_s"]),
         "ttft_p50_s": _pct(done["ttft_s"], 50),
         "ttft_p90_s": _pct(done["ttft_s"], 90),
         "ttft_p99_s": _pct(done["ttft_s"], 99),
-        "tpot_mean_s": float(done["tpot_s"].mean()) if len(done) else float("nan"),
+        "tpot_mean_s": _mean(done["tpot_s"]),
         "tpot_p99_s": _pct(done["tpot_s"], 99),
         "itl_max_p99_s": _pct(done["itl_max_s"], 99),
         "e2e_p50_s": _pct(done["e2e_s"], 50),
         "e2e_p99_s": _pct(done["e2e_s"], 99),
         "slo_attainment": met / max(len(df), 1),
         "goodput_rps": goodput,
-        "throughput_rps": len(done) / dur,
+        "throughput_rps": int(completed.sum()) / dur,
         "output_tokens_per_s": float(done["tokens_out"].sum()) / dur,
         "cost_per_hour": cost_per_hour,
         "bcr": goodput * 3600.0 / cost_per_hour,
-        "prefix_hit_rate": float(df["hit_tokens"].sum() / max(df["input_tokens"].sum(), 1)),
-        "wan_bytes": float(df["wan_bytes"].sum()),
-        "rdma_bytes": float(df["rdma_bytes"].sum()),
+        "prefix_hit_rate": float(col["hit_tokens"].sum() / max(col["input_tokens"].sum(), 1)),
+        "wan_bytes": float(col["wan_bytes"].sum()),
+        "rdma_bytes": float(col["rdma_bytes"].sum()),
         "wall_s": wall_s,
-        "rld_token_share": float(df["relay_tokens"].sum() / max(df["tokens_out"].sum(), 1)),
-        "pipeline_p_md": _share(df["pipeline"] == Route.P_MD.value),
-        "pipeline_p_rld_md": _share(df["pipeline"] == Route.P_RLD_MD.value),
-        "pipeline_rld_only": _share(df["pipeline"] == Route.P_RLD.value),
-        "handoffs_one_shot": int((df["handoffs"] == 1).sum()),
-        "handoffs_catch_up": int((df["handoffs"] > 1).sum()),
-        "handoff_stall_p99_s": _pct(handed["handoff_stall_s"], 99),
-        "prefix_hit_rate_md": float(to_decoder["hit_tokens_decode"].sum()
-                                    / max(to_decoder["input_tokens"].sum(), 1)),
-        "wan_bytes_no_drc": float(df["wan_bytes_no_drc"].sum()),
+        "rld_token_share": float(col["relay_tokens"].sum() / max(col["tokens_out"].sum(), 1)),
+        "pipeline_p_md": _share(route_is(Route.P_MD.value)),
+        "pipeline_p_rld_md": _share(route_is(Route.P_RLD_MD.value)),
+        "pipeline_rld_only": _share(route_is(Route.P_RLD.value)),
+        "handoffs_one_shot": int((col["handoffs"] == 1).sum()),
+        "handoffs_catch_up": int((col["handoffs"] > 1).sum()),
+        "handoff_stall_p99_s": _pct(col["handoff_stall_s"][handed], 99),
+        "prefix_hit_rate_md": float(col["hit_tokens_decode"][to_decoder].sum()
+                                    / max(col["input_tokens"][to_decoder].sum(), 1)),
+        "wan_bytes_no_drc": float(col["wan_bytes_no_drc"].sum()),
         "rld_utilization": _pool_busy(instances, "relay"),
         "md_utilization": _pool_busy(instances, "decode"),
     }
-    for name, col, ttft_col in zip(STAGES, STAGE_COLUMNS, TTFT_STAGE_COLUMNS):
-        summary[f"stage_{name}_mean_s"] = float(done[col].mean()) if len(done) else float("nan")
-        summary[f"stage_{name}_p90_s"] = _pct(done[col], 90)
-        summary[f"ttft_stage_{name}_mean_s"] = float(done[ttft_col].mean()) if len(done) \
-            else float("nan")
-        summary[f"ttft_stage_{name}_p90_s"] = _pct(done[ttft_col], 90)
-    summary.update(serving_benchmark_names(df, done, dur))
+    for name, stage, ttft_stage in zip(STAGES, STAGE_COLUMNS, TTFT_STAGE_COLUMNS):
+        summary[f"stage_{name}_mean_s"] = _mean(done[stage])
+        summary[f"stage_{name}_p90_s"] = _pct(done[stage], 90)
+        summary[f"ttft_stage_{name}_mean_s"] = _mean(done[ttft_stage])
+        summary[f"ttft_stage_{name}_p90_s"] = _pct(done[ttft_stage], 90)
+    summary.update(serving_benchmark_names(done, len(df), met, dur))
     return {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in summary.items()}
 
 
@@ -216,30 +235,33 @@ def headline(summary: dict) -> dict:
             if not k.startswith(("stage_", "ttft_stage_")) and k not in BENCH_KEYS}
 
 
-def serving_benchmark_names(df: pd.DataFrame, done: pd.DataFrame, duration_s: float) -> dict:
+def serving_benchmark_names(done: dict[str, np.ndarray], requests: int, slo_met: int,
+                            duration_s: float) -> dict:
     """The same run under the names serving benchmarks print (vLLM `bench serve`, SGLang
     `bench_serving`), in their units (ms), so a simulated run reads beside a measured one.
+    `done` holds the completed requests' columns.
 
     Inter-token latency: pddsim keeps no per-token log, so `mean_itl_ms` is exact (all gaps over
     all completed requests, i.e. the gap-weighted mean of TPOT) while its median, std and
     percentiles are over each request's mean gap, weighted by its number of gaps."""
+    completed = len(done["ttft_s"])
     out = {
-        "completed": int(len(done)),
-        "failed": int(len(df) - len(done)),
+        "completed": completed,
+        "failed": requests - completed,
         "duration": float(duration_s),
         "total_input_tokens": int(done["input_tokens"].sum()),
         "total_output_tokens": int(done["tokens_out"].sum()),
-        "request_throughput": len(done) / duration_s,
-        "request_goodput": float(df["slo_met"].sum()) / duration_s,
+        "request_throughput": completed / duration_s,
+        "request_goodput": float(slo_met) / duration_s,
         "output_throughput": float(done["tokens_out"].sum()) / duration_s,
         "total_token_throughput": float(done["input_tokens"].sum() + done["tokens_out"].sum())
         / duration_s,
     }
-    gaps = (done["tokens_out"] - 1).clip(lower=0).to_numpy(dtype=float)
-    series = {"ttft_ms": (done["ttft_s"].to_numpy() * 1e3, None),
-              "tpot_ms": (done["tpot_s"].to_numpy() * 1e3, None),
-              "itl_ms": (done["tpot_s"].to_numpy() * 1e3, gaps),
-              "e2el_ms": (done["e2e_s"].to_numpy() * 1e3, None)}
+    gaps = (done["tokens_out"] - 1).clip(min=0).astype(float)
+    series = {"ttft_ms": (done["ttft_s"] * 1e3, None),
+              "tpot_ms": (done["tpot_s"] * 1e3, None),
+              "itl_ms": (done["tpot_s"] * 1e3, gaps),
+              "e2el_ms": (done["e2e_s"] * 1e3, None)}
     for name, (values, weights) in series.items():
         keep = ~np.isnan(values) if weights is None else ~np.isnan(values) & (weights > 0)
         stats = _weighted_stats(values[keep], None if weights is None else weights[keep])
@@ -250,20 +272,20 @@ def serving_benchmark_names(df: pd.DataFrame, done: pd.DataFrame, duration_s: fl
 def _weighted_stats(values: np.ndarray, weights: np.ndarray | None) -> dict:
     if not len(values):
         return dict.fromkeys(BENCH_STATS, float("nan"))
-    w = np.ones_like(values) if weights is None else weights
+    if weights is None:     # the plain statistics a benchmark prints
+        p90, p95, p99 = np.percentile(values, [90, 95, 99])
+        return {"mean": float(np.mean(values)), "median": float(np.median(values)),
+                "std": float(np.std(values)), "p90": float(p90), "p95": float(p95),
+                "p99": float(p99)}
     order = np.argsort(values, kind="stable")
-    v, cw = values[order], np.cumsum(w[order])
+    v, cw = values[order], np.cumsum(weights[order])
 
     def q(p):      # the smallest value with at least p of the weight at or below it
         return float(v[np.searchsorted(cw, p * cw[-1], side="left")])
 
-    mean = float(np.average(values, weights=w))
-    if weights is None:     # the plain statistics a benchmark prints
-        return {"mean": mean, "median": float(np.median(values)), "std": float(np.std(values)),
-                "p90": float(np.percentile(values, 90)), "p95": float(np.percentile(values, 95)),
-                "p99": float(np.percentile(values, 99))}
+    mean = float(np.average(values, weights=weights))
     return {"mean": mean, "median": q(0.5),
-            "std": float(np.sqrt(np.average((values - mean) ** 2, weights=w))),
+            "std": float(np.sqrt(np.average((values - mean) ** 2, weights=weights))),
             "p90": q(0.9), "p95": q(0.95), "p99": q(0.99)}
 
 

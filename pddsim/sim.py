@@ -30,10 +30,9 @@ from pddsim.system.pipelines import Colocated, Disaggregated
 from pddsim.system.routers import make_router
 from pddsim.timeline import Timeline
 from pddsim.timeseries import (
+    INSTANCE_UTILIZATION,
     Sampler,
     default_period_s,
-    instance_utilization,
-    link_utilization,
     utilization_summary,
     window_table,
 )
@@ -207,14 +206,15 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
                          "flows": link.flows_started,
                          "throughput_Bps": link.bytes_carried / max(env.now, 1e-12)}
              for link in pipeline.dep.links}
-    for name, row in link_utilization(series).iterrows():
-        links[name].update(row.to_dict())
+    for name, figures in (sampler.link_utilization() if sampler is not None else {}).items():
+        links[name].update(figures)
     instances = pd.DataFrame([
         {"instance": i.name, "role": i.role, "busy_share": i.busy_s / max(env.now, 1e-12),
          "tokens_decoded": i.tokens_decoded, "preemptions": i.preemptions,
          "kv_capacity_tokens": i.capacity, "kv_peak_tokens": i.kv_peak}
         for i in all_instances])
-    instances = instances.join(instance_utilization(series), on="instance")
+    instances = instances.join(sampler.instance_utilization() if sampler is not None
+                               else pd.DataFrame(columns=list(INSTANCE_UTILIZATION)), on="instance")
     sessions = session_table(cfg, workload, df)
     summary = summarize(df, instances, system=cfg.name, sim_duration_s=env.now,
                         cost_per_hour=cost_per_hour(cfg), wall_s=time.perf_counter() - wall0)

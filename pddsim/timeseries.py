@@ -9,7 +9,6 @@ and how much of what the background load leaves of a link our transfers use.
 from __future__ import annotations
 
 from array import array
-from itertools import repeat
 
 import numpy as np
 import pandas as pd
@@ -18,10 +17,15 @@ from pddsim.workload.stats import BUCKETS
 
 FULL = 0.99          # KV occupancy at or above this share counts as memory full
 INSTANCE_METRICS = ("queue_depth", "kv_occupancy", "memory_blocked")
+LINK_METRICS = ("throughput_Bps", "capacity_Bps", "utilization", "flows_in_flight")
+INSTANCE_UTILIZATION = ("kv_occupancy_mean", "kv_occupancy_p99", "kv_full_share",
+                        "memory_blocked_share", "queue_depth_mean")
 
 
 class Sampler:
-    """SimPy process reading every instance and link each `period_s` seconds."""
+    """SimPy process reading every instance and link each `period_s` seconds. A sample is one row
+    of every instance's then every link's metrics (`width` values): the utilisation figures are
+    read off its columns, the long table (`frame`) is built only from them."""
 
     def __init__(self, env, instances: list, links: list, period_s: float, daemons,
                  timeline=None):
@@ -32,19 +36,12 @@ class Sampler:
         self.links = links
         self.period_s = period_s
         self.time_s = array("d")
-        self.entity: list[str] = []      # interned names, one per row
-        self.metric: list[str] = []
-        self.value = array("d")
-        self._carried = {link.name: 0.0 for link in links}
-        self._instance_entities = [inst.name for inst in instances for _ in INSTANCE_METRICS]
-        self._instance_metrics = list(INSTANCE_METRICS) * len(instances)
+        self.values = array("d")            # one row of `width` values per sample
+        self.columns = [(inst.name, m) for inst in instances for m in INSTANCE_METRICS] + [
+            (link.name, m) for link in links for m in LINK_METRICS]
+        self.width = len(self.columns)
+        self._carried = [0.0] * len(links)
         env.process(self._run())
-
-    def _row(self, t: float, entity: str, metric: str, value: float) -> None:
-        self.time_s.append(t)
-        self.entity.append(entity)
-        self.metric.append(metric)
-        self.value.append(value)
 
     def _run(self):
         """Sample until only daemons are scheduled: a run that can make no more progress must
@@ -57,30 +54,64 @@ class Sampler:
 
     def sample(self) -> None:
         t = self.env.now
-        # three rows per instance, in bulk: a large fleet samples thousands of instances
-        self.time_s.extend(repeat(t, len(self._instance_entities)))
-        self.entity.extend(self._instance_entities)
-        self.metric.extend(self._instance_metrics)
-        self.value.extend([x for inst in self.instances for x in (
+        self.time_s.append(t)
+        self.values.extend([x for inst in self.instances for x in (
             len(inst.waiting), inst.kv_in_use / inst.capacity, inst.blocked_on_memory)])
-        for link in self.links:
-            carried = link.bytes_carried - self._carried[link.name]
-            self._carried[link.name] = link.bytes_carried
-            throughput = carried / self.period_s
-            self._row(t, link.name, "throughput_Bps", throughput)
-            self._row(t, link.name, "capacity_Bps", link.capacity_Bps)
-            self._row(t, link.name, "utilization", throughput / link.capacity_Bps
-                      if link.capacity_Bps > 0 else 0.0)
-            self._row(t, link.name, "flows_in_flight", link.flows_in_flight)
+        for j, link in enumerate(self.links):
+            throughput = (link.bytes_carried - self._carried[j]) / self.period_s
+            self._carried[j] = link.bytes_carried
+            capacity = link.capacity_Bps
+            self.values.extend((throughput, capacity,
+                                throughput / capacity if capacity > 0 else 0.0,
+                                link.flows_in_flight))
             if self.timeline is not None:
                 self.timeline.link_counters(link, t)
 
+    def _table(self) -> np.ndarray:
+        """The samples as a (samples, width) matrix."""
+        return np.frombuffer(self.values, dtype=np.float64).reshape(-1, self.width)
+
     def frame(self) -> pd.DataFrame:
+        """The samples in long form: one row per sample, entity and metric."""
+        entities = sorted({e for e, _ in self.columns})
+        metrics = sorted({m for _, m in self.columns})
+        n = len(self.time_s)
         return pd.DataFrame({
-            "time_s": np.frombuffer(self.time_s, dtype=np.float64),
-            "entity": pd.Categorical(self.entity),
-            "metric": pd.Categorical(self.metric),
-            "value": np.frombuffer(self.value, dtype=np.float64)})
+            "time_s": np.repeat(np.frombuffer(self.time_s, dtype=np.float64), self.width),
+            "entity": pd.Categorical.from_codes(np.tile([entities.index(e) for e, _ in self.columns],
+                                                        n), categories=entities),
+            "metric": pd.Categorical.from_codes(np.tile([metrics.index(m) for _, m in self.columns],
+                                                        n), categories=metrics),
+            "value": np.frombuffer(self.values, dtype=np.float64).copy()})
+
+    def instance_utilization(self) -> pd.DataFrame:
+        """Per instance: KV occupancy mean and P99, share of time at full memory, share of time
+        its queue was blocked on memory, mean queue depth."""
+        table = self._table()
+        rows = {}
+        for i, inst in enumerate(self.instances):
+            queue, kv, blocked = table[:, 3 * i], table[:, 3 * i + 1], table[:, 3 * i + 2]
+            if len(kv):
+                rows[inst.name] = {"kv_occupancy_mean": kv.mean(),
+                                   "kv_occupancy_p99": np.quantile(kv, 0.99),
+                                   "kv_full_share": float((kv >= FULL).mean()),
+                                   "memory_blocked_share": blocked.mean(),
+                                   "queue_depth_mean": queue.mean()}
+        return pd.DataFrame.from_dict(rows, orient="index", columns=list(INSTANCE_UTILIZATION))
+
+    def link_utilization(self) -> dict[str, dict[str, float]]:
+        """Per link: mean and P99 of the share of what background load leaves that our transfers
+        used (by bytes of transfers completed in each window), mean flows in flight."""
+        table = self._table()
+        base = 3 * len(self.instances)
+        out = {}
+        for j, link in enumerate(self.links):
+            share, flows = table[:, base + 4 * j + 2], table[:, base + 4 * j + 3]
+            if len(share):
+                out[link.name] = {"utilization_mean": float(share.mean()),
+                                  "utilization_p99": float(np.quantile(share, 0.99)),
+                                  "flows_in_flight_mean": float(flows.mean())}
+        return out
 
     @staticmethod
     def empty_frame() -> pd.DataFrame:
@@ -92,40 +123,6 @@ class Sampler:
 def default_period_s(span_s: float) -> float:
     """About 200 samples over the trace's recorded span, at least one a second."""
     return max(1.0, span_s / 200.0)
-
-
-def instance_utilization(series: pd.DataFrame) -> pd.DataFrame:
-    """Per instance, from the samples: KV occupancy mean and P99, share of time at full memory,
-    share of time its queue was blocked on memory, mean queue depth."""
-    wide = series.pivot_table(index=["entity", "time_s"], columns="metric", values="value",
-                              observed=True)
-    if "kv_occupancy" not in wide:
-        return pd.DataFrame(columns=["kv_occupancy_mean", "kv_occupancy_p99", "kv_full_share",
-                                     "memory_blocked_share", "queue_depth_mean"])
-    g = wide.dropna(subset=["kv_occupancy"]).groupby(level="entity", observed=True)
-    return pd.DataFrame({
-        "kv_occupancy_mean": g["kv_occupancy"].mean(),
-        "kv_occupancy_p99": g["kv_occupancy"].quantile(0.99),
-        "kv_full_share": g["kv_occupancy"].apply(lambda s: float((s >= FULL).mean())),
-        "memory_blocked_share": g["memory_blocked"].mean(),
-        "queue_depth_mean": g["queue_depth"].mean(),
-    })
-
-
-def link_utilization(series: pd.DataFrame) -> pd.DataFrame:
-    """Per link, from the samples: mean and P99 of the share of what background load leaves that
-    our transfers used (by bytes of transfers completed in each window), flows in flight."""
-    rows = series[series["metric"].isin(["utilization", "flows_in_flight"])]
-    wide = rows.pivot_table(index=["entity", "time_s"], columns="metric", values="value",
-                            observed=True)
-    if "utilization" not in wide:
-        return pd.DataFrame(columns=["utilization_mean", "utilization_p99", "flows_in_flight_mean"])
-    g = wide.groupby(level="entity", observed=True)
-    return pd.DataFrame({
-        "utilization_mean": g["utilization"].mean(),
-        "utilization_p99": g["utilization"].quantile(0.99),
-        "flows_in_flight_mean": g["flows_in_flight"].mean(),
-    })
 
 
 def utilization_summary(instances: pd.DataFrame, links: dict) -> dict:
