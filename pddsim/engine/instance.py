@@ -6,8 +6,8 @@ iteration when prefill chunks are in the batch, or k identical-membership decode
 run in closed form, and a request's tokens are derived arithmetically: it records the iteration
 index at which it joined, and on leaving it has produced (now - join) tokens. A request arriving
 mid-segment cuts the segment at the next iteration boundary: new work joins a batch only there, as
-in a real engine. (Callbacks rather than a generator process: the same events in the same order as
-a process with interrupts, without resuming a generator or throwing into it at every segment.)
+in a real engine. (Callbacks rather than a generator process: no generator is resumed, nor an
+interrupt thrown into one, at every segment; a cut reschedules the run's end where it happens.)
 
 Work on an instance is uniform: `prefill_left` tokens to compute (a prompt, a recompute after
 preemption, or the token IDs of an extend-decode handoff), whose last chunk yields one token, then
@@ -43,8 +43,9 @@ from pddsim.intmath import ceil_div
 
 
 class _Urgent(simpy.Event):
-    """Calls `callback` at this instant before the events already due now, as SimPy starts and
-    interrupts a process: the instance's loop starts, and a run is cut, where a process would."""
+    """Calls `callback` at this instant before the events already due now, as SimPy starts a
+    process: the instance's loop starts there, and so does the end of a run cut at a boundary
+    that is now (never inside the caller that cut it)."""
 
     def __init__(self, env: simpy.Environment, callback: Callable[[simpy.Event], None]):
         super().__init__(env)
@@ -312,7 +313,7 @@ class Instance:
             wake.succeed()
         elif self._interruptible:             # a decode run: cut it at the next boundary
             self._interruptible = False
-            self._cut_event = _Urgent(self.env, self._cut)
+            self._cut()
 
     def _wait(self, event: simpy.Event, then: Callable[[simpy.Event], None]) -> None:
         """Continue with `then` once `event` is processed (a crash takes it back)."""
@@ -360,22 +361,28 @@ class Instance:
         self._complete(chunks, 1, t0, plan, plan, plan)
         self._step()
 
-    def _cut(self, _event: simpy.Event) -> None:
-        """New work arrived during a decode run: it ends at the first boundary from now on."""
-        self._cut_event = None
+    def _cut(self, urgent: simpy.Event | None = None) -> None:
+        """New work arrived during a decode run: it ends at the first boundary from now on. A
+        boundary after now is rescheduled at once; one that is now ends the run from an urgent
+        event at this instant (`urgent`), never inside the caller."""
         run = self._run_in_flight
         assert run is not None
-        self._pending.callbacks.remove(self._run_done)
         done_s = self.env.now - self._run_t0
-        self._run_k = k = run.cut(done_s)
-        self._run_s = elapsed = run.elapsed(k)
+        k = run.cut(done_s)
+        elapsed = run.elapsed(k)
+        if elapsed <= done_s and urgent is None:
+            self._cut_event = _Urgent(self.env, self._cut)
+            return
+        self._cut_event = None
+        self._pending.callbacks.remove(self._run_done)
+        self._run_k, self._run_s = k, elapsed
         if elapsed > done_s:
             self._changed()
             self._wait(self.env.timeout(elapsed - done_s), self._run_done)
         else:
-            self._run_done(_event)
+            self._run_done(urgent)
 
-    def _run_done(self, _event: simpy.Event) -> None:
+    def _run_done(self, _event: simpy.Event | None) -> None:
         run, k = self._run_in_flight, self._run_k
         assert run is not None
         self._interruptible = False

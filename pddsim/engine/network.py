@@ -134,11 +134,10 @@ class Link:
         self._rate = rate
         delay = max(heap[0][0] - self._mark, 0.0) / rate if rate > 0 else inf
         if delay != inf:
-            gen = self._gen
-            self.env.timeout(delay).callbacks.append(lambda _e: self._on_timer(gen))
+            self.env.timeout(delay, self._gen).callbacks.append(self._on_timer)
 
-    def _on_timer(self, gen: int) -> None:
-        if gen != self._gen:
+    def _on_timer(self, timer) -> None:
+        if timer.value != self._gen:         # a later change rescheduled the next end
             return
         self._advance()
         heap = self._heap
@@ -165,7 +164,11 @@ class FabricFlow(Flow):
     __slots__ = ("path", "rate", "seq")
 
     def __init__(self, size: float, path: tuple, on_delivered: Callable[[], None], seq: int):
-        super().__init__(size, 0.0, on_delivered)
+        self.size = size                     # Flow's fields, set here: a flow starts per request
+        self.start_mark = 0.0
+        self.on_delivered = on_delivered
+        self.sent = 0.0
+        self.done = False
         self.path = path
         self.rate = 0.0
         self.seq = seq
@@ -362,14 +365,13 @@ class Fabric:
             if f.rate > 0 and (f.size - f.sent) / f.rate < delay:
                 delay = (f.size - f.sent) / f.rate
         if delay != inf:
-            gen = self._gen
-            self.env.timeout(max(delay, 0.0)).callbacks.append(lambda _e: self._on_timer(gen))
+            self.env.timeout(max(delay, 0.0), self._gen).callbacks.append(self._on_timer)
 
-    def _on_timer(self, gen: int) -> None:
-        if gen != self._gen:
+    def _on_timer(self, timer) -> None:
+        if timer.value != self._gen:         # a later change rescheduled the next end
             return
         self._advance()
-        finished, active, touched = [], [], {}
+        finished, active = [], []
         tol_s = 1e-12 * max(1.0, self.env.now)   # above the clock's float resolution
         for f in self._flows:
             if f.size - f.sent <= max(1e-9 * f.size, f.rate * tol_s):
@@ -378,11 +380,10 @@ class Fabric:
                 self.bytes_carried += f.size
                 finished.append(f)
                 self._leave(f)
-                touched.update(dict.fromkeys(f.path))
             else:
                 active.append(f)
         self._flows = active
-        self._reschedule(touched)
+        self._reschedule({p: None for f in finished for p in f.path} if active else None)
         for f in finished:
             deliver(self.env, self.latency_s, f)
 
@@ -394,9 +395,13 @@ def _seq(flow: FabricFlow) -> int:
 def deliver(env, latency_s: float, flow: Flow) -> None:
     """The flow's last byte left now: it arrives one-way latency later."""
     if latency_s > 0:
-        env.timeout(latency_s).callbacks.append(lambda _e: flow.on_delivered())
+        env.timeout(latency_s, flow).callbacks.append(_arrived)
     else:
         flow.on_delivered()
+
+
+def _arrived(delivery) -> None:
+    delivery.value.on_delivered()
 
 
 def background_load(env, link: Link, *, mean: float, std: float, period_s: float,

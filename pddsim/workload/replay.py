@@ -10,9 +10,11 @@ keeps a session's think times, which belong to the agent, not to the load.
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 from typing import Callable
 
 import numpy as np
+import simpy
 
 from pddsim.config import WorkloadConfig
 from pddsim.workload.model import Workload
@@ -73,19 +75,29 @@ class Replay:
         if self.closed:
             times = starts
             order = np.argsort(times, kind="stable")
-            self.env.process(self._at_times(times[order], order, self._start_session))
+            self._at_times(times[order], order, self._start_session)
             return
         # open loop: every request at its session's start plus its recorded offset
         times = starts[self.session_of] + (arrivals - firsts[self.session_of]) / ts
         order = np.argsort(times, kind="stable")
-        self.env.process(self._at_times(times[order], order, self.issue_at_now))
+        self._at_times(times[order], order, self.issue_at_now)
 
-    def _at_times(self, times, items, action):
+    def _at_times(self, times: np.ndarray, items: np.ndarray, action: Callable[[int], None]) -> None:
+        """Call `action(item)` at each item's time (`times` sorted, none before now), from event
+        callbacks: one timeout per later time, the first at once."""
         env = self.env
-        for t, item in zip(times.tolist(), items.tolist()):
-            if t > env.now:
-                yield env.timeout(t - env.now)
-            action(item)
+        pending = list(zip(times.tolist(), items.tolist()))
+        pending.reverse()                     # taken from the end
+
+        def due(_event) -> None:
+            while pending:
+                t, item = pending[-1]
+                if t > env.now:
+                    env.timeout(t - env.now).callbacks.append(due)
+                    return
+                pending.pop()
+                action(item)
+        env.timeout(0).callbacks.append(due)
 
     def _start_session(self, s: int) -> None:
         self.next_session = max(self.next_session, s + 1)
@@ -97,13 +109,12 @@ class Replay:
             roots, ts = members, self.cfg.time_scale
         offsets = np.array([(self.reqs[i].arrival_s - base) / ts for i in roots])
         order = np.argsort(offsets, kind="stable")
-        self.env.process(self._at_times(self.env.now + offsets[order], np.array(roots)[order],
-                                        self.issue_at_now))
+        self._at_times(self.env.now + offsets[order], np.array(roots)[order], self.issue_at_now)
 
     def request_ended(self, idx: int) -> None:
         self.ended += 1
         for child in self.children.pop(idx, ()):
-            self.env.process(self._after(self.reqs[child].think_s, child))
+            self.env.timeout(self.reqs[child].think_s).callbacks.append(partial(self._issue, child))
         s = int(self.session_of[idx])
         self.left_in_session[s] -= 1
         if (self.left_in_session[s] == 0 and self.cfg.session_start == "concurrent"
@@ -112,6 +123,6 @@ class Replay:
         if self.ended == len(self.reqs):
             self.all_ended.succeed()
 
-    def _after(self, delay: float, idx: int):
-        yield self.env.timeout(delay)
+    def _issue(self, idx: int, _think: simpy.Event) -> None:
+        """A turn's think time is over: it is issued."""
         self.issue_at_now(idx)
