@@ -59,6 +59,21 @@ QUEUE_STAGE = {"prefill": "prefill_queue", "colocated": "prefill_queue", "relay"
 
 
 class Instance:
+    # slots: with this many fields an instance's attributes would otherwise live in a plain dict
+    # (past CPython's shared-key limit), and every access in the engine's loop would hash
+    __slots__ = (
+        "env", "name", "role", "_prefill_side", "_queue_stage", "_decode_stage", "cluster", "perf",
+        "capacity", "block", "token_budget", "chunk", "pack_chunks", "max_batch", "coalesce",
+        "cache", "host_load", "kv_bytes_per_token", "_cache_in_hbm", "hooks", "busy_s",
+        "tokens_decoded", "preemptions", "kv_peak", "tracer", "load_watch", "_pending",
+        # the engine's state (`_empty`)
+        "_pinned", "_shared", "_ctx_end", "_loading", "_loads", "waiting", "prefilling", "held",
+        "iters", "_ctx_base", "_finish_heap", "_decoders", "_joined", "_at_boundary", "_seq",
+        "_seg_end", "_seg_max", "_run_in_flight", "_run_t0", "_flight_at", "_flight_iters",
+        "pending_prefill_tokens", "inbound_tokens", "waiting_tokens", "_wake", "_interruptible",
+        "_cut_event", "_segment", "_run_k", "_run_s",
+    )
+
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
                  kv_capacity_tokens: int, batching, cache: PrefixCache | None, hooks,
                  host_load: Link | None = None, kv_bytes_per_token: float = 0.0):
