@@ -23,9 +23,9 @@ INT_COLUMNS = ("request", "session", "input_tokens", "output_tokens", "tokens_ou
 
 
 class Recorder:
-    """Collects one row per ended request. `record` keeps the request's raw fields as one tuple;
-    every `FLUSH_ROWS` rows the batch's figures (TTFT, TPOT, E2E) are derived at once and
-    appended to the per-column arrays, which `frame` can reorder one at a time."""
+    """Collects one row per ended request. A row goes into a small row-major buffer in one call;
+    every `FLUSH_ROWS` rows the buffer is split into the per-column arrays, which `frame` can
+    reorder one at a time."""
 
     FLUSH_ROWS = 4096
 
@@ -35,45 +35,43 @@ class Recorder:
         self.ints = {c: array("q") for c in INT_COLUMNS}
         self.pipeline = array("b")
         self.failure = array("q")
-        self._rows: list[tuple] = []
+        self._float_rows = array("d")
+        self._int_rows = array("q")
         self._pipelines: dict[str, int] = {}
         self._failures: dict[str, int] = {"": 0}
 
     def __len__(self) -> int:
-        return len(self.pipeline) + len(self._rows)
+        return len(self.pipeline)
 
     def record(self, req: Request) -> None:
-        assert req.finish_s is not None, "recorded before it ended"
-        self._rows.append((
-            (req.arrival_s, req.first_token_s, req.last_token_s, req.max_gap_s, req.finish_s,
-             req.wan_bytes, req.wan_bytes_no_drc, req.rdma_bytes, req.handoff_stall_s),
-            (req.idx, req.trace.session_id, req.input_tokens, req.output_tokens, req.tokens_out,
-             req.hit_tokens, req.hit_tokens_decode, req.handoffs, req.handoff_tail_tokens,
-             req.relay_tokens, req.trace.follows),   # in INT_COLUMNS order
-            req.stages, req.ttft_stages or NO_STAGES, req.pipeline, req.failed or ""))
-        if len(self._rows) >= self.FLUSH_ROWS:
+        first, end, arrival = req.first_token_s, req.finish_s, req.arrival_s
+        assert end is not None, "recorded before it ended"
+        self._float_rows.extend((         # in FLOAT_COLUMNS order
+            arrival,
+            np.nan if first is None else first - arrival,
+            (req.last_token_s - first) / (req.tokens_out - 1)
+            if first is not None and req.tokens_out > 1 else np.nan,
+            req.max_gap_s, end - arrival, end, req.wan_bytes, req.wan_bytes_no_drc,
+            req.rdma_bytes, req.handoff_stall_s))
+        self.stage_values.extend(req.stages)
+        self.stage_values.extend(req.ttft_stages or NO_STAGES)
+        self._int_rows.extend((           # in INT_COLUMNS order
+            req.idx, req.trace.session_id, req.input_tokens, req.output_tokens, req.tokens_out,
+            req.hit_tokens, req.hit_tokens_decode, req.handoffs, req.handoff_tail_tokens,
+            req.relay_tokens, req.trace.follows))
+        self.pipeline.append(self._pipelines.setdefault(req.pipeline, len(self._pipelines)))
+        self.failure.append(self._failures.setdefault(req.failed or "", len(self._failures)))
+        if len(self._int_rows) >= self.FLUSH_ROWS * len(INT_COLUMNS):
             self._flush()
 
     def _flush(self) -> None:
-        rows, self._rows = self._rows, []
-        if not rows:
-            return
-        ints = np.array([r[1] for r in rows], dtype=np.int64)
-        for k, column in enumerate(self.ints.values()):
-            column.frombytes(ints[:, k].tobytes())
-        arrival, first, last, gap, end, wan, wan_no_drc, rdma, stall = np.array(
-            [r[0] for r in rows], dtype=np.float64).T        # no first token: NaN
-        tokens_out = ints[:, INT_COLUMNS.index("tokens_out")]
-        tpot = np.full(len(rows), np.nan)
-        np.divide(last - first, tokens_out - 1, out=tpot, where=tokens_out > 1)
-        for c, values in zip(FLOAT_COLUMNS, (arrival, first - arrival, tpot, gap, end - arrival,
-                                             end, wan, wan_no_drc, rdma, stall)):
-            self.floats[c].frombytes(np.ascontiguousarray(values).tobytes())
-        stages = np.array([(*r[2], *r[3]) for r in rows], dtype=np.float64)
-        self.stage_values.frombytes(stages.tobytes())
-        pipelines, failures = self._pipelines, self._failures
-        self.pipeline.extend([pipelines.setdefault(r[4], len(pipelines)) for r in rows])
-        self.failure.extend([failures.setdefault(r[5], len(failures)) for r in rows])
+        for rows, columns, dtype in ((self._float_rows, self.floats, np.float64),
+                                     (self._int_rows, self.ints, np.int64)):
+            table = np.frombuffer(rows, dtype=dtype).reshape(-1, len(columns))
+            for k, column in enumerate(columns.values()):
+                column.frombytes(table[:, k].tobytes())
+            del table
+            del rows[:]
 
     def frame(self, slo) -> pd.DataFrame:
         """The records in request order, as a frame; consumes the recorder. Rows arrive in end
