@@ -10,14 +10,13 @@ from array import array
 import numpy as np
 import pandas as pd
 
-from pddsim.engine.request import STAGES, Request, Route
+from pddsim.engine.request import NO_TIME, STAGES, Request, Route
 from pddsim.workload.stats import BUCKETS, bucket_index
 
 FLOAT_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "itl_max_s", "e2e_s", "finish_s", "wan_bytes",
                  "wan_bytes_no_drc", "rdma_bytes", "handoff_stall_s")
 STAGE_COLUMNS = tuple(f"stage_{s}_s" for s in STAGES)         # share of the E2E latency
 TTFT_STAGE_COLUMNS = tuple(f"ttft_{s}_s" for s in STAGES)     # share of the TTFT
-NO_STAGES = (0.0,) * len(STAGES)                               # the TTFT of a request with no token
 INT_COLUMNS = ("request", "session", "input_tokens", "output_tokens", "tokens_out", "hit_tokens",
                "hit_tokens_decode", "handoffs", "handoff_tail_tokens", "relay_tokens", "follows")
 
@@ -54,7 +53,7 @@ class Recorder:
             req.max_gap_s, end - arrival, end, req.wan_bytes, req.wan_bytes_no_drc,
             req.rdma_bytes, req.handoff_stall_s))
         self.stage_values.extend(req.stages)
-        self.stage_values.extend(req.ttft_stages or NO_STAGES)
+        self.stage_values.extend(req.ttft_stages or NO_TIME)   # no token: none
         self._int_rows.extend((           # in INT_COLUMNS order
             req.idx, req.trace.session_id, req.input_tokens, req.output_tokens, req.tokens_out,
             req.hit_tokens, req.hit_tokens_decode, req.handoffs, req.handoff_tail_tokens,

@@ -11,6 +11,7 @@ stage: it delays nobody the user sees.
 """
 from __future__ import annotations
 
+from array import array
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,7 @@ STAGES = (
     "recompute",       # preempted for memory: re-queued and recomputing its context
 )
 STAGE_INDEX = {name: i for i, name in enumerate(STAGES)}
+NO_TIME = array("d", [0.0] * len(STAGES))
 
 
 class Request:
@@ -105,8 +107,8 @@ class Request:
         self.state: Any = None                # whatever the pipeline keeps for it
         self.stage = "prefill_queue"
         self.stage_s = arrival_s
-        self.stages = [0.0] * len(STAGES)     # seconds per stage, in STAGES order
-        self.ttft_stages: list[float] | None = None
+        self.stages = array("d", NO_TIME)     # seconds per stage, in STAGES order (no float objects)
+        self.ttft_stages: array | None = None
         self.log = [("prefill_queue", arrival_s)] if log else None
         self.retries = 0
 
@@ -116,7 +118,7 @@ class Request:
         the time its stages took so far (the lost attempt's time stays in its stages), and the
         bytes it moved."""
         again = Request(self.idx, self.trace, self.arrival_s)
-        again.stages = self.stages.copy()
+        again.stages = self.stages[:]
         again.stages[STAGE_INDEX[self.stage]] += now - self.stage_s
         again.stage_s = now
         if self.log is not None:
@@ -144,7 +146,7 @@ class Request:
 
     def _first_token(self, now: float) -> None:
         self.first_token_s = now
-        frozen = self.stages.copy()
+        frozen = self.stages[:]
         frozen[STAGE_INDEX[self.stage]] += now - self.stage_s
         self.ttft_stages = frozen
 
