@@ -158,6 +158,7 @@ def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_dur
     col = {c: df[c].to_numpy() for c in df.columns if c not in ("pipeline", "failure", "status",
                                                                  "hit_bucket")}
     completed = df["status"].to_numpy() == "completed"
+    n_done = int(completed.sum())
     done = {c: values[completed] for c, values in col.items()}
     pipeline = df["pipeline"].cat
     routes = list(pipeline.categories)
@@ -174,8 +175,8 @@ def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_dur
     summary = {
         "system": system,
         "requests_total": int(len(df)),
-        "requests_completed": int(completed.sum()),
-        "requests_failed": int(len(df) - completed.sum()),
+        "requests_completed": n_done,
+        "requests_failed": int(len(df)) - n_done,
         "sim_duration_s": float(sim_duration_s),
         "achieved_rps": achieved_rps(df),
         "turns_out_of_order": turns_out_of_order(df),
@@ -190,7 +191,7 @@ def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_dur
         "e2e_p99_s": _pct(done["e2e_s"], 99),
         "slo_attainment": met / max(len(df), 1),
         "goodput_rps": goodput,
-        "throughput_rps": int(completed.sum()) / dur,
+        "throughput_rps": n_done / dur,
         "output_tokens_per_s": float(done["tokens_out"].sum()) / dur,
         "cost_per_hour": cost_per_hour,
         "bcr": goodput * 3600.0 / cost_per_hour,

@@ -401,6 +401,7 @@ def deliver(env, latency_s: float, flow: Flow) -> None:
 
 
 def _arrived(delivery) -> None:
+    """A delivery's timeout (its value the flow) fired: the flow's bytes have all arrived."""
     delivery.value.on_delivered()
 
 

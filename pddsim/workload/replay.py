@@ -86,16 +86,17 @@ class Replay:
         """Call `action(item)` at each item's time (`times` sorted, none before now), from event
         callbacks: one timeout per later time, the first at once."""
         env = self.env
-        pending = list(zip(times.tolist(), items.tolist()))
-        pending.reverse()                     # taken from the end
+        at, todo = times.tolist(), items.tolist()
+        i = 0
 
         def due(_event) -> None:
-            while pending:
-                t, item = pending[-1]
-                if t > env.now:
-                    env.timeout(t - env.now).callbacks.append(due)
+            nonlocal i
+            while i < len(at):
+                if at[i] > env.now:
+                    env.timeout(at[i] - env.now).callbacks.append(due)
                     return
-                pending.pop()
+                item = todo[i]
+                i += 1
                 action(item)
         env.timeout(0).callbacks.append(due)
 
