@@ -157,9 +157,16 @@ def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_dur
     arrays: a capacity search summarises every run it makes."""
     col = {c: df[c].to_numpy() for c in df.columns if c not in ("pipeline", "failure", "status",
                                                                  "hit_bucket")}
-    completed = df["status"].to_numpy() == "completed"
+    completed = (df["status"] == "completed").to_numpy()
     n_done = int(completed.sum())
-    done = {c: values[completed] for c, values in col.items()}
+
+    def done_only(values: np.ndarray) -> np.ndarray:
+        """The completed requests' values: the column itself when all completed, else a copy
+        (one column at a time: a million-request run's records are not copied whole)."""
+        return values if n_done == len(values) else values[completed]
+
+    done = {c: done_only(col[c]) for c in ("ttft_s", "tpot_s", "itl_max_s", "e2e_s", "tokens_out",
+                                           "input_tokens")}
     pipeline = df["pipeline"].cat
     routes = list(pipeline.categories)
     codes = pipeline.codes.to_numpy()
@@ -213,10 +220,11 @@ def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_dur
         "md_utilization": _pool_busy(instances, "decode"),
     }
     for name, stage, ttft_stage in zip(STAGES, STAGE_COLUMNS, TTFT_STAGE_COLUMNS):
-        summary[f"stage_{name}_mean_s"] = _mean(done[stage])
-        summary[f"stage_{name}_p90_s"] = _pct(done[stage], 90)
-        summary[f"ttft_stage_{name}_mean_s"] = _mean(done[ttft_stage])
-        summary[f"ttft_stage_{name}_p90_s"] = _pct(done[ttft_stage], 90)
+        values, ttft_values = done_only(col[stage]), done_only(col[ttft_stage])
+        summary[f"stage_{name}_mean_s"] = _mean(values)
+        summary[f"stage_{name}_p90_s"] = _pct(values, 90)
+        summary[f"ttft_stage_{name}_mean_s"] = _mean(ttft_values)
+        summary[f"ttft_stage_{name}_p90_s"] = _pct(ttft_values, 90)
     summary.update(serving_benchmark_names(done, len(df), met, dur))
     return {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in summary.items()}
 

@@ -98,6 +98,8 @@ class Replay:
                 item = todo[i]
                 i += 1
                 action(item)
+            at.clear()                        # all issued; `due` refers to itself, so it and its
+            todo.clear()                      # lists would live until a garbage collection
         env.timeout(0).callbacks.append(due)
 
     def _start_session(self, s: int) -> None:
