@@ -3,11 +3,14 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import simpy
 
 from pddsim import catalog
 from pddsim.engine.instance import Instance
 from pddsim.engine.perf import LinearRun
+from pddsim.engine.request import Request
 from pddsim.sim import simulate
+from pddsim.workload.model import TraceRequest
 
 BASE, PER = 0.01, 1e-5
 
@@ -128,3 +131,39 @@ def test_iterations_in_flight_are_those_ended_by_now_exactly():
                                    _flight_at=-1.0, _flight_iters=0)
             ended = sum(1 for e in ends if e <= inst.env.now - t0)
             assert Instance._iters_in_flight(inst) == ended
+
+
+class _QuarterSecond:
+    """A performance model whose every iteration takes 0.25 s: boundaries are exact binary times."""
+
+    def iteration(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0):
+        return 0.25
+
+    def decode_run(self, n, context, k):
+        return LinearRun((0.25, 0.0), (0.0, 0.0), 0.0, k)
+
+
+class _Finishes:
+    def __init__(self, env):
+        self.env, self.at = env, {}
+
+    def finished(self, req, inst):
+        self.at[req.idx] = (self.env.now, req.tokens_out)
+
+
+@pytest.mark.parametrize("arrival", [1.0, 1.1])
+def test_work_arriving_on_a_boundary_joins_there(make_config, arrival):
+    # A decodes 10 tokens at 0.25 s an iteration. B arrives 4 iterations in, exactly on the
+    # boundary (the run ends now, from an urgent event: never inside the arrival's caller) or
+    # between two (it ends at the next, 1.25): B's 3 tokens follow from there.
+    env = simpy.Environment()
+    hooks = _Finishes(env)
+    inst = Instance(env, "d", "decode", "a", perf=_QuarterSecond(), kv_capacity_tokens=10**6,
+                    batching=make_config().batching, cache=None, hooks=hooks)
+    a = Request(0, TraceRequest(arrival_s=0.0, input_tokens=100, output_tokens=10), 0.0)
+    inst.submit(a, prefill=0, decode=10, context=100)
+    b = Request(1, TraceRequest(arrival_s=arrival, input_tokens=50, output_tokens=3), arrival)
+    env.timeout(arrival).callbacks.append(lambda _e: inst.submit(b, prefill=0, decode=3, context=50))
+    env.run()
+    joins = 1.0 if arrival == 1.0 else 1.25
+    assert hooks.at == {0: (2.5, 10), 1: (joins + 0.75, 3)}
