@@ -40,6 +40,7 @@ class Sampler:
         self.columns = [(inst.name, m) for inst in instances for m in INSTANCE_METRICS] + [
             (link.name, m) for link in links for m in LINK_METRICS]
         self.width = len(self.columns)
+        self._column = {c: k for k, c in enumerate(self.columns)}
         self._carried = [0.0] * len(links)
         env.process(self._run())
 
@@ -67,30 +68,30 @@ class Sampler:
             if self.timeline is not None:
                 self.timeline.link_counters(link, t)
 
-    def _table(self) -> np.ndarray:
-        """The samples as a (samples, width) matrix."""
-        return np.frombuffer(self.values, dtype=np.float64).reshape(-1, self.width)
+    def _series(self, entity: str, metric: str) -> np.ndarray:
+        """One entity's samples of one metric (a column of the samples)."""
+        table = np.frombuffer(self.values, dtype=np.float64).reshape(-1, self.width)
+        return table[:, self._column[(entity, metric)]]
 
     def frame(self) -> pd.DataFrame:
         """The samples in long form: one row per sample, entity and metric."""
-        entities = sorted({e for e, _ in self.columns})
-        metrics = sorted({m for _, m in self.columns})
         n = len(self.time_s)
+
+        def tiled(labels: list[str]) -> pd.Categorical:
+            one_row = pd.Categorical(labels)
+            return pd.Categorical.from_codes(np.tile(one_row.codes, n), categories=one_row.categories)
         return pd.DataFrame({
             "time_s": np.repeat(np.frombuffer(self.time_s, dtype=np.float64), self.width),
-            "entity": pd.Categorical.from_codes(np.tile([entities.index(e) for e, _ in self.columns],
-                                                        n), categories=entities),
-            "metric": pd.Categorical.from_codes(np.tile([metrics.index(m) for _, m in self.columns],
-                                                        n), categories=metrics),
+            "entity": tiled([e for e, _ in self.columns]),
+            "metric": tiled([m for _, m in self.columns]),
             "value": np.frombuffer(self.values, dtype=np.float64).copy()})
 
     def instance_utilization(self) -> pd.DataFrame:
         """Per instance: KV occupancy mean and P99, share of time at full memory, share of time
         its queue was blocked on memory, mean queue depth."""
-        table = self._table()
         rows = {}
-        for i, inst in enumerate(self.instances):
-            queue, kv, blocked = table[:, 3 * i], table[:, 3 * i + 1], table[:, 3 * i + 2]
+        for inst in self.instances:
+            queue, kv, blocked = (self._series(inst.name, m) for m in INSTANCE_METRICS)
             if len(kv):
                 rows[inst.name] = {"kv_occupancy_mean": kv.mean(),
                                    "kv_occupancy_p99": np.quantile(kv, 0.99),
@@ -102,11 +103,9 @@ class Sampler:
     def link_utilization(self) -> dict[str, dict[str, float]]:
         """Per link: mean and P99 of the share of what background load leaves that our transfers
         used (by bytes of transfers completed in each window), mean flows in flight."""
-        table = self._table()
-        base = 3 * len(self.instances)
         out = {}
-        for j, link in enumerate(self.links):
-            share, flows = table[:, base + 4 * j + 2], table[:, base + 4 * j + 3]
+        for link in self.links:
+            share, flows = (self._series(link.name, m) for m in ("utilization", "flows_in_flight"))
             if len(share):
                 out[link.name] = {"utilization_mean": float(share.mean()),
                                   "utilization_p99": float(np.quantile(share, 0.99)),
