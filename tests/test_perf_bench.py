@@ -1,9 +1,14 @@
 """Engine profiles in configs and the predicted-vs-measured report."""
 import json
+from functools import cache
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import simpy
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pddsim import catalog, cli
 from pddsim.config import DEFAULT_ENGINE, Perf, from_dict
@@ -12,6 +17,8 @@ from pddsim.experiments.perf_bench import compare, read_measured, roofline_of, s
 from pddsim.system.deployment import build
 
 HEADER = "model,gpu,tp,tokens,attn_pairs,kv_tokens,time_ms,source\n"
+MEASURED = Path(__file__).resolve().parents[1] / "benchmarks" / "measured" / "iterations.csv"
+BAND = (0.85, 1.15)
 
 
 def test_profile_fields_override_one_by_one():
@@ -140,3 +147,56 @@ def test_a_cluster_uses_its_own_perf(make_config, perf_table, tmp_path):
     perf = {i.cluster: i.perf for pool in dep.pools.values() for i in pool}
     assert isinstance(perf["b"], MeasuredTable) and isinstance(perf["a"], Roofline)
     assert perf["b"].iteration(100, 100 * 50, 0) == pytest.approx(0.02 + 100e-5)
+
+
+def test_profiles_meet_the_targets_on_the_bundled_measurements():
+    """The README's report, pinned: on the source each profile was fitted to, the median absolute
+    error is <= 15% for prefill and for decode and the median decode ratio is in 0.85-1.15 at
+    every TP (no TP trend left); the default is within 20% on every source, held out included."""
+    df = read_measured(MEASURED)
+    profiles = {n: p for n, p in catalog.engines().items() if p.fitted_to}
+    summary = summarise(compare(df, {n: roofline_of(p) for n, p in profiles.items()},
+                                {n: p.fitted_to for n, p in profiles.items()}))
+    assert DEFAULT_ENGINE in profiles
+    for name, s in summary.items():
+        for source, v in s["by_source"].items():
+            err = v["median_abs_err_pct"]
+            if v["fit"] == "fitted":
+                assert max(err["prefill"], err["decode"]) <= 15, (name, source)
+                decode = {k: r for k, r in v["median_ratio"].items() if k.startswith("decode")}
+                assert len(decode) >= 3 and all(BAND[0] <= r <= BAND[1] for r in decode.values()), \
+                    (name, source, decode)
+            if name == DEFAULT_ENGINE:
+                assert max(err["prefill"], err["decode"]) <= 20, (name, source)
+
+
+@cache
+def a100_tp8_batch1_decodes_at_1024() -> pd.Series:
+    df = read_measured(MEASURED)
+    point = df[(df["gpu"] == "a100-80gb") & (df["tp"] == 8) & (df["tokens"] == 1)
+               & (df["kv_tokens"] == 1024)].set_index("model")["time_ms"]
+    assert sorted(point.index) == ["llama-2-70b", "opt-66b"]
+    return point
+
+
+@given(st.floats(0.05, 1), st.floats(0.05, 1), st.floats(0.01, 1), st.floats(0.05, 1),
+       st.floats(0, 50), st.floats(0, 500), st.floats(0, 100), st.floats(0, 2000))
+def test_no_one_profile_fits_both_engines_batch1_decode_at_tp8(linear, attn_prefill, attn_decode,
+                                                                memory, overhead_ms, base_us,
+                                                                step_us, host_us):
+    """Why the default cannot also match the held-out engine at TP8. Llama-2-70B has 80 layers,
+    OPT-66B 64, and none of Llama's per-layer costs (weights, KV, all-reduce bytes, launches) is
+    larger, so under any constants its predicted batch-1 decode takes at most 80/64 of OPT-66B's.
+    Measured on A100 TP8 at a 1,024-token context the two engines are 1.91x apart (Splitwise
+    44.8 ms, DistServe 23.4 ms): both ratios in 0.85-1.15 would need a predicted ratio >= 1.41."""
+    engine = catalog.EngineProfile(
+        name="any", linear_bf16=linear, linear_fp8=linear, attn_prefill=attn_prefill,
+        attn_decode=attn_decode, memory=memory, overhead_ms=overhead_ms, allreduce_base_us=base_us,
+        allreduce_step_us=step_us, host_layer_us=host_us)
+    point = a100_tp8_batch1_decodes_at_1024()
+    one = np.ones(1)
+    predicted = {m: 1e3 * roofline_of(engine)(m, "a100-80gb", 8).iterations(
+        one, 1024 * one, 1024 * one, 1024 * one)[0] for m in ("llama-2-70b", "opt-66b")}
+    assert predicted["llama-2-70b"] / predicted["opt-66b"] <= 80 / 64 + 1e-9
+    ratios = [predicted[m] / point[m] for m in predicted]
+    assert not all(BAND[0] <= r <= BAND[1] for r in ratios)
