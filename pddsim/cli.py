@@ -317,14 +317,19 @@ def cmd_bench_perf(args) -> int:
         read_measured,
         roofline_of,
         summarise,
+        table_of,
     )
     measured = read_measured(Path(args.against))
     names = args.profile or sorted(catalog.engines())
     settings = args.set or []
     what_if = f" [{', '.join(settings)}]" if settings else ""
     profiles = {f"roofline/{n}{what_if}": profile_with(n, settings) for n in names}
-    cases = compare(measured, {k: roofline_of(p) for k, p in profiles.items()},
-                    {k: p.fitted_to for k, p in profiles.items()})
+    predictors = {k: roofline_of(p) for k, p in profiles.items()}
+    fitted_to = {k: p.fitted_to for k, p in profiles.items()}
+    for path in args.table or []:
+        name = f"table/{path}"
+        predictors[name], fitted_to[name] = table_of(Path(path))
+    cases = compare(measured, predictors, fitted_to)
     if args.cases:
         cases.to_csv(args.cases, index=False)
     summary = summarise(cases)
@@ -526,6 +531,9 @@ def parser() -> Parser:
     bp.add_argument("--set", action="append", metavar="FIELD=VALUE",
                     help="set an engine constant in every profile tested, e.g. overhead_ms=10 "
                     "(repeatable; a profile keeps the source it was fitted to)")
+    bp.add_argument("--table", action="append", metavar="TABLE.csv",
+                    help="also test a measured table (from `pddsim perf import`, its provenance "
+                    "sidecar beside it) on the cases of its model, GPU and TP (repeatable)")
     bp.add_argument("--cases", metavar="FILE", help="write predicted vs measured per case (CSV)")
     bp.add_argument("--json", action="store_true")
     bp.set_defaults(func=cmd_bench_perf)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pddsim import catalog, cli
 from pddsim.config import DEFAULT_ENGINE, Perf, from_dict
 from pddsim.engine.perf import MeasuredTable, Roofline
+from pddsim.engine.perf_import import import_table
 from pddsim.experiments.perf_bench import compare, read_measured, roofline_of, summarise
 from pddsim.system.deployment import build
 
@@ -132,6 +133,33 @@ def test_bench_perf_what_if_sets_a_constant_and_keeps_the_fit(input_error, tmp_p
                            ("memory=1.5", "--set: memory"), ("fitted_to=x", "--set fitted_to")):
         code = cli.main(["bench", "perf", "--against", str(path), "--set", setting])
         input_error(code, capsys.readouterr().err, named)
+
+
+def test_bench_perf_tests_a_table_on_the_cases_of_its_model_gpu_and_tp(input_error, tmp_path,
+                                                                        capsys):
+    """A table imported from a DistServe profile prices only its own model, GPU and TP, inside its
+    grid: a case 1.25x its prediction reads 20%, a case of another TP and one beyond the grid's
+    largest batch are counted as not covered; its source is marked as the one it came from."""
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"facebook/opt-13b": {"2": {
+        "prefill": [20.0, 0.1, 1e-5], "decoding_smallbs": [15.0, 5e-4, 0.05],
+        "decoding_largebs": [10.0, 4e-4, 0.1], "decoding_large_small_bs_threshold": 95}}}))
+    table = tmp_path / "t.csv"
+    import_table("distserve", [profile], table, model="opt-13b", gpu="a100-80gb", tp=2)
+    own_ms = 1e3 * MeasuredTable(table).iteration(8, 8 * 1000, 8 * 1000, 8 * 1000)
+    path = measured_file(tmp_path, [f"opt-13b,a100-80gb,2,8,8000,8000,{own_ms / 0.8},DistServe@x",
+                                    "opt-13b,a100-80gb,4,8,8000,8000,30,DistServe@x",
+                                    "opt-13b,a100-80gb,2,512,512000,512000,30,other"])
+    assert cli.main(["bench", "perf", "--against", str(path), "--profile", "modern-fp8",
+                     "--table", str(table), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)[f"table/{table}"]
+    assert (out["cases"], out["not_covered"]) == (1, 2)
+    assert out["by_source"] == {"DistServe@x": {
+        "fit": "fitted", "median_abs_err_pct": {"all": 20.0, "decode": 20.0},
+        "median_ratio": {"decode tp2": 0.8}}}
+    (tmp_path / "t.csv.provenance.json").unlink()
+    code = cli.main(["bench", "perf", "--against", str(path), "--table", str(table)])
+    input_error(code, capsys.readouterr().err, f"{table}: no t.csv.provenance.json")
 
 
 def test_a_cluster_uses_its_own_perf(make_config, perf_table, tmp_path):

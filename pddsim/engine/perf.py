@@ -162,15 +162,27 @@ class MeasuredTable:
         return float(self.iterations(tokens, attn_pairs, kv_tokens_read, decode_pairs))
 
     def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0) -> np.ndarray:
+        out = np.empty(np.broadcast(tokens, attn_pairs, kv_tokens_read, decode_pairs).shape)
+        for grid, where, t, ctx in self._cells(tokens, attn_pairs, kv_tokens_read, decode_pairs):
+            out[where] = grid.at(t, ctx)
+        return out
+
+    def covers(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0) -> np.ndarray:
+        """Which iterations lie inside the measured grids (the others `iterations` refuses)."""
+        out = np.empty(np.broadcast(tokens, attn_pairs, kv_tokens_read, decode_pairs).shape, bool)
+        for grid, where, t, ctx in self._cells(tokens, attn_pairs, kv_tokens_read, decode_pairs):
+            out[where] = grid.inside(t, ctx)
+        return out
+
+    def _cells(self, tokens, attn_pairs, kv_tokens_read, decode_pairs):
+        """Per phase: its grid, which iterations are of that phase, and their grid coordinates."""
         tokens, pairs, kv, dec = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (
             tokens, attn_pairs, kv_tokens_read, decode_pairs)))
         decode = dec >= pairs                                  # every token a decode
-        out = np.empty(tokens.shape)
         if decode.any():
-            out[decode] = self.grids["decode"].at(tokens[decode], kv[decode] / tokens[decode])
+            yield self.grids["decode"], decode, tokens[decode], kv[decode] / tokens[decode]
         if (~decode).any():
-            out[~decode] = self.grids["prefill"].at(tokens[~decode], kv[~decode])
-        return out
+            yield self.grids["prefill"], ~decode, tokens[~decode], kv[~decode]
 
     def decode_run(self, n: int, context: int, k: int) -> TabulatedRun:
         per_request = context / n + np.arange(k, dtype=float)
@@ -192,9 +204,12 @@ class _Grid:
                              f"once{cell}")
         self.time = np.array([[grid[(t, c)] for c in self.ctx] for t in self.tok])
 
+    def inside(self, tokens: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+        return ((tokens >= self.tok[0]) & (tokens <= self.tok[-1])
+                & (ctx >= self.ctx[0] - 1e-9) & (ctx <= self.ctx[-1] + 1e-9))
+
     def at(self, tokens: np.ndarray, ctx: np.ndarray) -> np.ndarray:
-        outside = ((tokens < self.tok[0]) | (tokens > self.tok[-1])
-                   | (ctx < self.ctx[0] - 1e-9) | (ctx > self.ctx[-1] + 1e-9))
+        outside = ~self.inside(tokens, ctx)
         if outside.any():
             i = int(np.argmax(outside))
             raise InputError(

@@ -3,14 +3,16 @@
 The measured file has one row per timed iteration: `model,gpu,tp,tokens,attn_pairs,kv_tokens,
 time_ms,source` (a decode iteration is one whose tokens each attend to their own context, so
 `attn_pairs == kv_tokens`; anything else is a prefill). Each row is predicted by the roofline under
-every engine profile (and by a measured table, when given), and the report gives the median
-absolute error by kind and TP, and the median predicted/measured ratio by kind and TP (a ratio
-drifting with TP means a cost that does not scale like the model assumes), pooled and per source;
-each source is marked as the one the profile was fitted to or as held out.
+every engine profile, and by each measured table given for the rows of its own model, GPU and
+TP; the report gives the median absolute error by kind and TP, and the median predicted/measured
+ratio by kind and TP (a ratio drifting with TP means a cost that does not scale like the model
+assumes), pooled and per source; each source is marked as the one the profile was fitted to (or
+the table imported from) or as held out, and rows a table cannot price are counted, not dropped.
 """
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ import pandas as pd
 
 from pddsim import catalog
 from pddsim.config import Perf, parse_override
-from pddsim.engine.perf import Roofline
+from pddsim.engine.perf import MeasuredTable, Roofline
 from pddsim.errors import InputError
 from pddsim.schema import validated
 
@@ -60,14 +62,24 @@ def read_measured(path: Path) -> pd.DataFrame:
 
 
 def predict(df: pd.DataFrame, perf_model_of) -> np.ndarray:
-    """Predicted milliseconds per row; `perf_model_of(model, gpu, tp)` gives the model to ask."""
-    out = np.empty(len(df))
+    """Predicted milliseconds per row; `perf_model_of(model, gpu, tp)` gives the model to ask, or
+    None when it has none for them. Rows without a model, and rows outside a measured table's
+    grids, get NaN: no prediction, counted by `summarise` as not covered."""
+    out = np.full(len(df), np.nan)
     for (model, gpu, tp), idx in df.groupby(["model", "gpu", "tp"]).indices.items():
+        perf = perf_model_of(model, gpu, int(tp))
+        if perf is None:
+            continue
         part = df.iloc[idx]
         decode = (part["kind"] == "decode").to_numpy()
         pairs = part["attn_pairs"].to_numpy()
-        out[idx] = 1e3 * perf_model_of(model, gpu, int(tp)).iterations(
-            part["tokens"].to_numpy(), pairs, part["kv_tokens"].to_numpy(), np.where(decode, pairs, 0.0))
+        work = (part["tokens"].to_numpy(), pairs, part["kv_tokens"].to_numpy(),
+                np.where(decode, pairs, 0.0))
+        if isinstance(perf, MeasuredTable):
+            covered = perf.covers(*work)
+            idx, work = idx[covered], tuple(w[covered] for w in work)
+        if len(idx):
+            out[idx] = 1e3 * perf.iterations(*work)
     return out
 
 
@@ -87,6 +99,25 @@ def roofline_of(profile: catalog.EngineProfile):
     return lambda model, gpu, tp: Roofline(catalog.model(model), catalog.gpu(gpu), tp, profile)
 
 
+def table_of(path: Path) -> tuple[Any, str]:
+    """A measured table as a predictor of the cases of its own model, GPU and TP, and the source it
+    was imported from, both read from the provenance sidecar `pddsim perf import` writes beside
+    it; it predicts no other case."""
+    sidecar = Path(str(path) + ".provenance.json")
+    try:
+        provenance = json.loads(sidecar.read_text())
+        own = (catalog.model(provenance["model"]).name, catalog.gpu(provenance["gpu"]).name,
+               int(provenance["tp"]))
+        source = str(provenance["source"])
+    except OSError:
+        raise InputError(f"{path}: no {sidecar.name} beside it to name the table's model, GPU and "
+                         "TP (`pddsim perf import` writes one)") from None
+    except (ValueError, TypeError, KeyError, InputError) as e:
+        raise InputError(f"{sidecar}: needs source, model, gpu and tp ({e})") from None
+    table = MeasuredTable(path)
+    return (lambda model, gpu, tp: table if (model, gpu, tp) == own else None), source
+
+
 def compare(df: pd.DataFrame, predictors: dict, fitted_to: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per measured point and predictor: predicted, ratio, absolute % error, and whether
     the point's source is the one the predictor was fitted to (`fitted_to`: predictor -> source
@@ -98,9 +129,9 @@ def compare(df: pd.DataFrame, predictors: dict, fitted_to: dict[str, str] | None
         part["predicted_ms"] = predict(df, perf_model_of)
         part["ratio"] = part["predicted_ms"] / part["time_ms"]
         part["abs_err_pct"] = 100 * (part["ratio"] - 1).abs()
-        prefix = (fitted_to or {}).get(name, "")
-        part["fit"] = np.where(part["source"].str.startswith(prefix) if prefix else False,
-                               "fitted", "held out")
+        prefix = (fitted_to or {}).get(name, "").lower()
+        part["fit"] = np.where(part["source"].str.lower().str.startswith(prefix) if prefix
+                               else False, "fitted", "held out")
         parts.append(part)
     return pd.concat(parts, ignore_index=True)
 
@@ -116,9 +147,11 @@ def summarise(cases: pd.DataFrame) -> dict:
     pooled over every source, and both again per source, marked fitted or held out (a
     predictor's figures on the source it was fitted to are no evidence of its accuracy)."""
     out = {}
-    for name, part in cases.groupby("predictor", sort=False):
+    for name, every in cases.groupby("predictor", sort=False):
+        part = every[every["predicted_ms"].notna()]
         out[name] = {
             "cases": int(len(part)),
+            "not_covered": int(len(every) - len(part)),
             "median_abs_err_pct": {
                 "by_kind": part.groupby("kind")["abs_err_pct"].median().round(1).to_dict(),
                 "by_tp": {int(k): v for k, v in
@@ -141,7 +174,9 @@ def format_report(summary: dict) -> str:
     lines = []
     for name, s in summary.items():
         err = s["median_abs_err_pct"]
-        lines.append(f"{name} ({s['cases']} cases): median |error| {listed(err['by_kind'], '{:.1f}%')}")
+        uncovered = f", {s['not_covered']} not covered" if s["not_covered"] else ""
+        lines.append(f"{name} ({s['cases']} cases{uncovered}): median |error| "
+                     + listed(err["by_kind"], "{:.1f}%"))
         lines.append("  by TP: " + listed({f"tp{k}": v for k, v in err["by_tp"].items()}, "{:.1f}%"))
         lines.append("  predicted/measured, pooled: " + listed(s["median_ratio"], "{:.2f}"))
         for src, v in s["by_source"].items():
