@@ -80,6 +80,42 @@ def test_report_reproduces_hand_computed_errors(tmp_path):
               "median_ratio": {"decode tp2": 0.8}}}
 
 
+def test_decode_pairs_tell_a_mixed_iteration_apart(tmp_path):
+    """With `decode_pairs`, an iteration of a 512-token chunk over a 1,000-token prefix and 16
+    decodes is `mixed`, priced with its decode pairs as decode attention (a time 1.25x that
+    prediction reads 20%); a blank cell falls back to `attn_pairs == kv_tokens` for a decode."""
+    engine = catalog.engine("modern-fp8")
+    p = Roofline(catalog.model("llama-3.1-70b"), catalog.gpu("h100-sxm"), 4, engine)
+    chunk, decodes = 512 * (1000 + 256), 16 * 3000
+    mixed_ms = 1e3 * p.iteration(512 + 16, chunk + decodes, 1000 + decodes, decodes)
+    path = tmp_path / "m.csv"
+    path.write_text(HEADER.rstrip("\n") + ",decode_pairs\n"
+                    f"llama-3.1-70b,h100-sxm,4,528,{chunk + decodes},{1000 + decodes},"
+                    f"{mixed_ms * 1.25},a,{decodes}\n"
+                    "llama-3.1-70b,h100-sxm,4,16,48000,48000,30,a,\n"
+                    "llama-3.1-70b,h100-sxm,4,512,131072,0,90,a,0\n")
+    df = read_measured(path)
+    assert list(df["kind"]) == ["mixed", "decode", "prefill"]
+    cases = compare(df, {"m": roofline_of(engine)})
+    assert cases["predicted_ms"][0] == pytest.approx(mixed_ms, rel=1e-12)
+    summary = summarise(cases)["m"]
+    assert summary["median_abs_err_pct"]["by_kind"]["mixed"] == 20.0
+    assert summary["median_ratio"]["mixed tp4"] == 0.8
+
+
+@pytest.mark.parametrize("header, row, where", [
+    (HEADER.rstrip("\n") + ",decode_pairs\n", "llama-3.1-70b,h100-sxm,2,8,80,80,5,a,81",
+     ":2: .*decode_pairs within"),
+    (HEADER.rstrip("\n") + ",batch\n", "llama-3.1-70b,h100-sxm,2,8,80,80,5,a,8",
+     "unknown column.s. batch"),
+])
+def test_bad_measured_columns_are_named(tmp_path, header, row, where):
+    path = tmp_path / "m.csv"
+    path.write_text(header + row + "\n")
+    with pytest.raises(Exception, match=where):
+        read_measured(path)
+
+
 @pytest.mark.parametrize("row, where", [
     ("llama-3.1-70b,h100-sxm,two,1,1,1,5,a", ":2:"),
     ("llama-3.1-70b,h100-nope,2,1,1,1,5,a", ":2: unknown GPU"),

@@ -1,8 +1,9 @@
 """Predicted against measured iteration times: `pddsim bench perf --against MEASURED.csv`.
 
 The measured file has one row per timed iteration: `model,gpu,tp,tokens,attn_pairs,kv_tokens,
-time_ms,source` (a decode iteration is one whose tokens each attend to their own context, so
-`attn_pairs == kv_tokens`; anything else is a prefill). Each row is predicted by the roofline under
+time_ms,source` and optionally `decode_pairs`, which tells prefill, decode and mixed iterations
+apart (without it, a decode is an iteration whose tokens each attend to their own context, so
+`attn_pairs == kv_tokens`, and anything else a prefill). Each row is predicted by the roofline under
 every engine profile, and by each measured table given for the rows of its own model, GPU and
 TP; the report gives the median absolute error by kind and TP, and the median predicted/measured
 ratio by kind and TP (a ratio drifting with TP means a cost that does not scale like the model
@@ -27,17 +28,29 @@ from pddsim.errors import InputError
 from pddsim.schema import validated
 
 COLUMNS = ("model", "gpu", "tp", "tokens", "attn_pairs", "kv_tokens", "time_ms", "source")
+OPTIONAL = ("decode_pairs",)
 
 
 def read_measured(path: Path) -> pd.DataFrame:
-    """The measured points, each checked: a bad line names the file and line."""
+    """The measured points, each checked: a bad line names the file and line.
+
+    The optional `decode_pairs` column gives the attention pairs of the iteration's decode tokens,
+    so that a mixed iteration (prefill chunks and decodes together) can be told apart: 0 for a
+    prefill, `attn_pairs` for a decode, in between for a mixed one. Left out or blank, a row is a
+    decode when each token attends exactly the KV it reads (`attn_pairs == kv_tokens`), else a
+    prefill."""
     rows = []
     try:
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
-            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
+            fields = reader.fieldnames or []
+            missing = [c for c in COLUMNS if c not in fields]
+            unknown = [c for c in fields if c not in COLUMNS + OPTIONAL]
+            if missing or unknown:
+                raise InputError(f"{path}: " + "; ".join(
+                    [f"missing column(s) {', '.join(missing)}"] * bool(missing)
+                    + [f"unknown column(s) {', '.join(unknown)} (known: "
+                       f"{', '.join(COLUMNS + OPTIONAL)})"] * bool(unknown)))
             for line, r in enumerate(reader, start=2):
                 try:
                     row: dict[str, Any] = {
@@ -45,19 +58,24 @@ def read_measured(path: Path) -> pd.DataFrame:
                            "tp": int(r["tp"]), "tokens": float(r["tokens"]),
                            "attn_pairs": float(r["attn_pairs"]), "kv_tokens": float(r["kv_tokens"]),
                            "time_ms": float(r["time_ms"]), "source": r["source"]}
-                except (ValueError, TypeError, InputError) as e:
+                    given = (r.get("decode_pairs") or "").strip()
+                    row["decode_pairs"] = float(given) if given else (
+                        row["attn_pairs"] if row["attn_pairs"] == row["kv_tokens"] else 0.0)
+                except (ValueError, TypeError, AttributeError, InputError) as e:
                     raise InputError(f"{path}:{line}: {e}") from None
                 if row["tp"] < 1 or row["tokens"] < 1 or row["time_ms"] <= 0 \
-                        or min(row["attn_pairs"], row["kv_tokens"]) < 0:
+                        or min(row["attn_pairs"], row["kv_tokens"]) < 0 \
+                        or not 0 <= row["decode_pairs"] <= row["attn_pairs"]:
                     raise InputError(f"{path}:{line}: tp and tokens must be >= 1, time_ms > 0, "
-                                     "attn_pairs and kv_tokens >= 0")
+                                     "attn_pairs and kv_tokens >= 0, decode_pairs within 0-attn_pairs")
                 rows.append(row)
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror})") from None
     if not rows:
         raise InputError(f"{path}: no measured points")
     df = pd.DataFrame(rows)
-    df["kind"] = np.where(df["attn_pairs"] == df["kv_tokens"], "decode", "prefill")
+    decode, pairs = df["decode_pairs"], df["attn_pairs"]
+    df["kind"] = np.select([decode == pairs, decode == 0], ["decode", "prefill"], "mixed")
     return df
 
 
@@ -71,10 +89,7 @@ def predict(df: pd.DataFrame, perf_model_of) -> np.ndarray:
         if perf is None:
             continue
         part = df.iloc[idx]
-        decode = (part["kind"] == "decode").to_numpy()
-        pairs = part["attn_pairs"].to_numpy()
-        work = (part["tokens"].to_numpy(), pairs, part["kv_tokens"].to_numpy(),
-                np.where(decode, pairs, 0.0))
+        work = tuple(part[c].to_numpy() for c in ("tokens", "attn_pairs", "kv_tokens", "decode_pairs"))
         if isinstance(perf, MeasuredTable):
             covered = perf.covers(*work)
             idx, work = idx[covered], tuple(w[covered] for w in work)
