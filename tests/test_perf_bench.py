@@ -108,6 +108,8 @@ def test_decode_pairs_tell_a_mixed_iteration_apart(tmp_path):
      ":2: .*decode_pairs within"),
     (HEADER.rstrip("\n") + ",batch\n", "llama-3.1-70b,h100-sxm,2,8,80,80,5,a,8",
      "unknown column.s. batch"),
+    (HEADER, "llama-3.1-70b,h100-sxm,2,8,80,80,5", ":2: not the header's 8 fields"),
+    (HEADER, "llama-3.1-70b,h100-sxm,2,8,80,80,5,a,extra", ":2: not the header's 8 fields"),
 ])
 def test_bad_measured_columns_are_named(tmp_path, header, row, where):
     path = tmp_path / "m.csv"

@@ -46,12 +46,17 @@ def read_measured(path: Path) -> pd.DataFrame:
             fields = reader.fieldnames or []
             missing = [c for c in COLUMNS if c not in fields]
             unknown = [c for c in fields if c not in COLUMNS + OPTIONAL]
-            if missing or unknown:
-                raise InputError(f"{path}: " + "; ".join(
-                    [f"missing column(s) {', '.join(missing)}"] * bool(missing)
-                    + [f"unknown column(s) {', '.join(unknown)} (known: "
-                       f"{', '.join(COLUMNS + OPTIONAL)})"] * bool(unknown)))
+            problems = []
+            if missing:
+                problems.append(f"missing column(s) {', '.join(missing)}")
+            if unknown:
+                problems.append(f"unknown column(s) {', '.join(unknown)} (known: "
+                                f"{', '.join(COLUMNS + OPTIONAL)})")
+            if problems:
+                raise InputError(f"{path}: {'; '.join(problems)}")
             for line, r in enumerate(reader, start=2):
+                if None in r or None in r.values():
+                    raise InputError(f"{path}:{line}: not the header's {len(fields)} fields")
                 try:
                     row: dict[str, Any] = {
                            "model": catalog.model(r["model"]).name, "gpu": catalog.gpu(r["gpu"]).name,
@@ -61,7 +66,7 @@ def read_measured(path: Path) -> pd.DataFrame:
                     given = (r.get("decode_pairs") or "").strip()
                     row["decode_pairs"] = float(given) if given else (
                         row["attn_pairs"] if row["attn_pairs"] == row["kv_tokens"] else 0.0)
-                except (ValueError, TypeError, AttributeError, InputError) as e:
+                except (ValueError, TypeError, InputError) as e:
                     raise InputError(f"{path}:{line}: {e}") from None
                 if row["tp"] < 1 or row["tokens"] < 1 or row["time_ms"] <= 0 \
                         or min(row["attn_pairs"], row["kv_tokens"]) < 0 \
