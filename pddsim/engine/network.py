@@ -164,11 +164,7 @@ class FabricFlow(Flow):
     __slots__ = ("path", "rate", "seq")
 
     def __init__(self, size: float, path: tuple, on_delivered: Callable[[], None], seq: int):
-        self.size = size                     # Flow's fields, set here: a flow starts per request
-        self.start_mark = 0.0
-        self.on_delivered = on_delivered
-        self.sent = 0.0
-        self.done = False
+        super().__init__(size, 0.0, on_delivered)
         self.path = path
         self.rate = 0.0
         self.seq = seq
