@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from typing import Annotated
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import AfterValidator, Field, NonNegativeFloat, model_validator
@@ -11,7 +11,10 @@ from pydantic import AfterValidator, Field, NonNegativeFloat, model_validator
 from pddsim.errors import InputError
 from pddsim.schema import M, Strict
 
-DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+# bytes per value as stored: fp4 is NVFP4 (4-bit values, one FP8 scale per 16); int4 counts the
+# 4-bit values alone (group scales are small beside them)
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5625}
+Dtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 
 
 class GpuSpec(Strict, frozen=True):
@@ -28,10 +31,27 @@ class GpuSpec(Strict, frozen=True):
         gt=0, description="bus bandwidth a large ring all-reduce reaches over the intra-node link, GB/s")
     nic_gbps: float = Field(gt=0, description="scale-out NIC bandwidth per GPU, Gbit/s")
     price_per_hour: float = Field(gt=0, description="USD per GPU-hour")
+    fp4_tflops: float | None = Field(
+        None, gt=0, description="peak dense FP4 TFLOPS (null: no FP4 tensor cores; FP4 weights are "
+        "dequantised and multiplied at the 16-bit rate)")
+    nvlink_domain: int = Field(
+        8, ge=1, description="GPUs joined by the NVLink fabric (8 in an HGX node, 72 in an NVL72 "
+        "rack); a group of more GPUs crosses the scale-out NICs")
+
+    def peak_tflops(self, dtype: str) -> float:
+        """Dense tensor peak for matmuls whose weights are `dtype`: FP8 weights multiply in FP8
+        and FP4 in FP4 where the chip has those units; weight-only formats (INT4/INT8, FP4 without
+        FP4 units) dequantise and multiply at the 16-bit rate."""
+        if dtype == "fp8":
+            return self.fp8_tflops
+        if dtype == "fp4" and self.fp4_tflops is not None:
+            return self.fp4_tflops
+        return self.bf16_tflops
 
 
 class ModelSpec(Strict, frozen=True):
-    """What the performance model needs of an LLM."""
+    """What the performance model needs of an LLM, as served: its dtypes are the checkpoint's
+    unless a deployment's `quant` changes them (`served`)."""
 
     name: str
     params_b: float = Field(gt=0, description="total parameters, billions")
@@ -42,38 +62,115 @@ class ModelSpec(Strict, frozen=True):
     layers: int = Field(gt=0)
     hidden_size: int = Field(gt=0)
     prefill_attn_flops: float = Field(
-        gt=0, description="attention FLOPs per query token per context token, all layers, as a "
-        "prefill computes it (MLA: latent expanded to per-head K/V)")
+        gt=0, description="attention FLOPs per query token per context token, all full-attention "
+        "layers, as a prefill computes it (MLA: latent expanded to per-head K/V)")
     decode_attn_flops: float = Field(
         gt=0, description="the same as a decode computes it (MLA: weights absorbed, latent space)")
-    kv_bytes_per_token: float = Field(gt=0, description="KV cache bytes per token, all layers")
-    weight_dtype: str = Field(pattern="^(bf16|fp16|fp8|int8|int4)$", description="bytes read")
-    compute_dtype: str = Field(pattern="^(bf16|fp16|fp8)$", description="dtype the matmuls run in")
+    kv_bytes_per_token: float = Field(
+        gt=0, description="KV cache bytes per token, all full-attention layers, in kv_dtype")
+    kv_dtype: Dtype = Field("bf16", description="dtype of the KV cache as usually served")
+    kv_heads: int | None = Field(
+        None, ge=1, description="KV heads per layer: tensor parallelism beyond this many GPUs "
+        "replicates the KV instead of splitting it (MLA: 1, its latent is one head); null: the "
+        "KV splits across any TP")
+    weight_dtype: Dtype = Field(description="dtype of the non-expert weights (sets the bytes read "
+                                "and, for FP8/FP4, the matmul peak)")
+    expert_dtype: Dtype | None = Field(None, description="MoE: dtype of the routed experts' "
+                                       "weights (null: weight_dtype)")
+    experts: int = Field(0, ge=0, description="MoE: routed experts per MoE layer (0: dense)")
+    experts_per_token: int = Field(0, ge=0, description="MoE: routed experts each token uses")
+    moe_layers: int = Field(0, ge=0, description="MoE: layers with routed experts")
+    vocab_size: int = Field(0, ge=0, description="vocabulary: the LM head is computed only for "
+                            "tokens that are sampled and the input embedding is a lookup (0: "
+                            "every active parameter is computed for every token)")
+    tied_embeddings: bool = Field(False, description="the LM head is the input embedding matrix")
+    window_tokens: int = Field(0, ge=0, description="sliding-window layers: tokens they attend "
+                               "to and keep KV for (0: none)")
+    window_kv_bytes_per_token: float = Field(
+        0.0, ge=0, description="KV bytes per token of the sliding-window layers (kept for at most "
+        "window_tokens), in kv_dtype")
+    window_attn_flops: float = Field(
+        0.0, ge=0, description="attention FLOPs per query token per attended token, over the "
+        "sliding-window layers")
+    state_bytes: float = Field(
+        0.0, ge=0, description="fixed per-request state of linear-attention layers, bytes (its "
+        "size does not grow with the context)")
 
     @model_validator(mode="after")
-    def _shared_within_active(self):
+    def _consistent(self):
         if self.active_params_b > self.params_b:
             raise ValueError("active_params_b exceeds params_b")
         if self.shared_params_b is not None and self.shared_params_b > self.active_params_b:
             raise ValueError("shared_params_b exceeds active_params_b")
+        moe = (self.experts, self.experts_per_token, self.moe_layers)
+        if any(moe) and (not all(moe) or self.shared_params_b is None
+                         or self.experts_per_token > self.experts):
+            raise ValueError("a MoE needs shared_params_b, experts, experts_per_token (at most "
+                             "experts) and moe_layers")
+        if (self.window_tokens > 0) != (self.window_kv_bytes_per_token > 0):
+            raise ValueError("window_tokens and window_kv_bytes_per_token go together")
         return self
+
+    def served(self, weights: str | None = None, experts: str | None = None,
+               kv: str | None = None) -> ModelSpec:
+        """This model with its weights, routed experts or KV cache stored in other dtypes (a
+        deployment's quantisation); KV bytes scale with the KV dtype."""
+        update: dict = {}
+        if weights is not None:
+            update["weight_dtype"] = weights
+            if self.expert_dtype is None and experts is None:
+                update["expert_dtype"] = self.weight_dtype
+        if experts is not None:
+            update["expert_dtype"] = experts
+        if kv is not None:
+            scale = DTYPE_BYTES[kv] / DTYPE_BYTES[self.kv_dtype]
+            update.update(kv_dtype=kv, kv_bytes_per_token=self.kv_bytes_per_token * scale,
+                          window_kv_bytes_per_token=self.window_kv_bytes_per_token * scale)
+        return self.model_copy(update=update) if update else self
+
+    @property
+    def routed_dtype(self) -> str:
+        return self.expert_dtype or self.weight_dtype
+
+    @property
+    def routed_params(self) -> float:
+        """Parameters of the routed experts, all layers (0 for a dense model)."""
+        return 0.0 if self.shared_params_b is None else (self.params_b - self.shared_params_b) * 1e9
+
+    @property
+    def shared_params(self) -> float:
+        """Parameters every iteration uses whatever its batch (all of a dense model's)."""
+        return (self.params_b if self.shared_params_b is None else self.shared_params_b) * 1e9
 
     @property
     def weight_bytes(self) -> float:
-        return self.params_b * 1e9 * DTYPE_BYTES[self.weight_dtype]
+        if self.routed_dtype == self.weight_dtype:
+            return self.params_b * 1e9 * DTYPE_BYTES[self.weight_dtype]
+        return self.shared_weight_bytes + self.routed_params * DTYPE_BYTES[self.routed_dtype]
 
     @property
     def shared_weight_bytes(self) -> float:
         """Bytes every iteration reads whatever its batch (all of them for a dense model)."""
-        shared = self.params_b if self.shared_params_b is None else self.shared_params_b
-        return shared * 1e9 * DTYPE_BYTES[self.weight_dtype]
+        return self.shared_params * DTYPE_BYTES[self.weight_dtype]
 
     @property
     def routed_pick_share(self) -> float:
         """Share of the routed experts' parameters one token uses (0 for a dense model)."""
-        if self.shared_params_b is None or self.params_b == self.shared_params_b:
+        if not self.routed_params:
             return 0.0
-        return (self.active_params_b - self.shared_params_b) / (self.params_b - self.shared_params_b)
+        return (self.active_params_b * 1e9 - self.shared_params) / self.routed_params
+
+    @property
+    def head_params(self) -> float:
+        """Parameters of the LM head, computed for sampled tokens only (0: not told apart)."""
+        return float(self.vocab_size * self.hidden_size)
+
+    @property
+    def per_token_params(self) -> float:
+        """Active parameters every computed token multiplies: all but the LM head and the input
+        embedding (a lookup)."""
+        embeddings = self.head_params * (1 if self.tied_embeddings else 2)
+        return self.active_params_b * 1e9 - embeddings
 
 
 def _known_gpu(name: str) -> str:

@@ -49,14 +49,15 @@ def test_model_hand_computed_values():
     assert dsv3.kv_bytes_per_token == 61 * (512 + 64) * 2
     assert dsv3.decode_attn_flops == 61 * (2 * 128 * (512 + 64) + 2 * 128 * 512)
     assert dsv3.prefill_attn_flops == 61 * (2 * 128 * (128 + 64) + 2 * 128 * 128)
-    assert (dsv3.weight_dtype, dsv3.compute_dtype) == ("fp8", "fp8")
+    assert dsv3.weight_dtype == "fp8" and catalog.gpu("h100-sxm").peak_tflops("fp8") == 1978.9
     assert dsv3.weight_bytes == pytest.approx(671e9)
 
     pdd = catalog.model("pdd-1t-moe")
     assert pdd.kv_bytes_per_token == 46080
     assert pdd.decode_attn_flops == 61 * (2 * 64 * (512 + 64) + 2 * 64 * 512)
     assert pdd.prefill_attn_flops == 61 * (2 * 64 * (128 + 64) + 2 * 64 * 128)
-    assert (pdd.weight_dtype, pdd.compute_dtype) == ("int4", "bf16")   # W4A16
+    assert pdd.weight_dtype == "int4"        # W4A16: multiplied at the 16-bit peak
+    assert catalog.gpu("h800").peak_tflops("int4") == catalog.gpu("h800").bf16_tflops
     assert pdd.weight_bytes == 1040e9 * 0.5            # INT4: fits one 8 x 80 GB node
     assert pdd.active_params_b < pdd.params_b
 

@@ -49,9 +49,9 @@ class Roofline:
     """Roofline iteration time for `model` on `tp` GPUs of type `gpu`, served by `engine`."""
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, engine: EngineProfile):
-        # the matmuls run in the compute dtype (W4A16 dequantises to 16-bit): it sets the peak
-        fp8 = model.compute_dtype == "fp8"
-        linear_flops = tp * (gpu.fp8_tflops if fp8 else gpu.bf16_tflops) * 1e12 \
+        # the weights' dtype sets the matmuls' peak (W4A16 dequantises to 16-bit)
+        fp8 = model.weight_dtype == "fp8" and gpu.fp8_tflops > gpu.bf16_tflops
+        linear_flops = tp * gpu.peak_tflops(model.weight_dtype) * 1e12 \
             * (engine.linear_fp8 if fp8 else engine.linear_bf16)
         attn_peak = tp * gpu.bf16_tflops * 1e12                 # attention kernels run in 16-bit
         self.s_per_token = 2.0 * model.active_params_b * 1e9 / linear_flops
