@@ -38,15 +38,25 @@ class GpuSpec(Strict, frozen=True):
         8, ge=1, description="GPUs joined by the NVLink fabric (8 in an HGX node, 72 in an NVL72 "
         "rack); a group of more GPUs crosses the scale-out NICs")
 
-    def peak_tflops(self, dtype: str) -> float:
-        """Dense tensor peak for matmuls whose weights are `dtype`: FP8 weights multiply in FP8
-        and FP4 in FP4 where the chip has those units; weight-only formats (INT4/INT8, FP4 without
-        FP4 units) dequantise and multiply at the 16-bit rate."""
-        if dtype == "fp8":
-            return self.fp8_tflops
-        if dtype == "fp4" and self.fp4_tflops is not None:
-            return self.fp4_tflops
-        return self.bf16_tflops
+    def matmul_dtype(self, weights: str) -> str:
+        """The dtype matmuls with `weights` run in: FP8 weights multiply in FP8 and FP4 in FP4
+        where the chip has those units; weight-only formats (INT4/INT8, FP4 without FP4 units)
+        dequantise and multiply at 16 bits."""
+        if weights == "fp8" and self.fp8_tflops > self.bf16_tflops:
+            return "fp8"
+        if weights == "fp4" and self.fp4_tflops is not None:
+            return "fp4"
+        return "bf16"
+
+    def peak_tflops(self, weights: str) -> float:
+        """Dense tensor peak of matmuls with `weights`."""
+        return {"fp8": self.fp8_tflops, "fp4": self.fp4_tflops or 0.0,
+                "bf16": self.bf16_tflops}[self.matmul_dtype(weights)]
+
+    def link_GBps(self, gpus: int, scale_up_GBps: float) -> float:
+        """Per-GPU bandwidth of a collective over `gpus` GPUs: `scale_up_GBps` inside the NVLink
+        domain, the scale-out NIC once the group spans domains."""
+        return scale_up_GBps if gpus <= self.nvlink_domain else min(scale_up_GBps, self.nic_gbps / 8)
 
 
 class ModelSpec(Strict, frozen=True):
@@ -149,6 +159,10 @@ class ModelSpec(Strict, frozen=True):
         return self.shared_weight_bytes + self.routed_params * DTYPE_BYTES[self.routed_dtype]
 
     @property
+    def weight_bytes_routed(self) -> float:
+        return self.routed_params * DTYPE_BYTES[self.routed_dtype]
+
+    @property
     def shared_weight_bytes(self) -> float:
         """Bytes every iteration reads whatever its batch (all of them for a dense model)."""
         return self.shared_params * DTYPE_BYTES[self.weight_dtype]
@@ -184,23 +198,66 @@ HostLaunchUs = NonNegativeFloat | dict[Annotated[str, AfterValidator(_known_gpu)
 
 
 class EngineProfile(Strict, frozen=True):
-    """How close a serving engine gets to the hardware, per operation, and what it adds per
-    iteration (data/engines.yaml says where each default comes from)."""
+    """A serving engine: how close it gets to the hardware per operation, what it adds per
+    iteration and per request, and how it schedules and admits work (data/engines.yaml says where
+    each default comes from)."""
 
     name: str
     linear_bf16: float = Field(gt=0, le=1, description="share of the BF16 peak linear layers reach")
     linear_fp8: float = Field(gt=0, le=1, description="share of the FP8 peak linear layers reach")
+    linear_fp4: float | None = Field(None, gt=0, le=1, description="share of the FP4 peak linear "
+                                     "layers reach (null: linear_fp8)")
     attn_prefill: float = Field(gt=0, le=1, description="share of the 16-bit peak of prefill attention")
     attn_decode: float = Field(gt=0, le=1, description="share of the 16-bit peak of decode attention")
     memory: float = Field(gt=0, le=1, description="share of the HBM bandwidth reading weights and KV")
+    grouped_gemm: float = Field(
+        1.0, gt=0, le=1, description="MoE: share of the linear layers' efficiency the routed "
+        "experts' grouped GEMMs reach when every expert gets many tokens")
+    expert_tokens_half: float = Field(
+        0.0, ge=0, description="MoE: tokens per expert at which a grouped GEMM reaches half that "
+        "efficiency (each expert an iteration touches costs as much as this many tokens more)")
     overhead_ms: float = Field(ge=0, description="per-iteration CPU/scheduling cost")
+    seq_us: float = Field(0.0, ge=0, description="per-iteration CPU cost of each request in the "
+                          "batch (scheduling, input preparation, sampling)")
+    overlap: bool = Field(False, description="an overlap scheduler: the iteration's CPU work runs "
+                          "while the GPU computes, so it bounds the iteration instead of adding")
     allreduce_base_us: float = Field(ge=0, description="fixed latency of one all-reduce")
     allreduce_step_us: float = Field(ge=0, description="latency of one ring step (n GPUs: 2(n-1))")
+    alltoall_us: float = Field(0.0, ge=0, description="MoE: latency of one expert-parallel "
+                               "all-to-all (a dispatch or a combine)")
     host_layer_us: HostLaunchUs = Field(
-        0.0, description="host time to launch one layer's kernels, us (eager engines; 0 when "
-        "graph-captured): one figure, or one per GPU")
+        0.0, description="host time to launch one layer's kernels, us, in iterations launched "
+        "eagerly: their GPU work cannot take less than layers x this. One figure, or one per GPU")
+    graph_max_batch: int = Field(
+        0, ge=0, description="decode-only iterations of at most this many requests replay a "
+        "captured CUDA graph (no launch floor); 0: every iteration is launched eagerly")
+    stream_us: float = Field(
+        0.0, ge=0, description="front-end time to detokenise and stream one token: an iteration "
+        "serving n streams cannot end faster than n of these")
+    frontend_ms: float = Field(
+        0.0, ge=0, description="time a request spends outside the engine before its first token "
+        "reaches the user (HTTP, tokenisation, routing, streaming the first token back)")
+    scheduler: Literal["mixed", "prefill_first"] = Field(
+        "mixed", description="mixed: prefill chunks join the decoders' iterations (decode first, "
+        "chunks fill the rest of the token budget); prefill_first: waiting prompts run in "
+        "iterations of their own while the decoders pause")
+    admission: Literal["optimistic", "reserve"] = Field(
+        "optimistic", description="optimistic: admit while the prompt fits, preempt (recompute) "
+        "the newest decoder when memory runs out; reserve: admit only when the request's whole "
+        "length fits beside every admitted request's (never preempts)")
+    memory_rule: Literal["total", "free"] = Field(
+        "total", description="how batching.memory_utilization applies: a share of the HBM "
+        "(weights and activations inside it), or of what weights and activations leave free")
+    activation_gb: float = Field(0.0, ge=0, description="HBM per GPU kept for activations, "
+                                 "workspaces and captured graphs, GB")
     fitted_to: str = Field("", description="the measured source the constants are fitted to (a "
                            "prefix of its `source` column); empty: not fitted")
+
+    def linear_share(self, matmul_dtype: str) -> float:
+        """Share of the peak linear layers reach in `matmul_dtype` (GpuSpec.matmul_dtype)."""
+        if matmul_dtype == "fp4":
+            return self.linear_fp4 if self.linear_fp4 is not None else self.linear_fp8
+        return self.linear_fp8 if matmul_dtype == "fp8" else self.linear_bf16
 
     def host_layer_s(self, gpu: str) -> float:
         """Host launch time per layer on `gpu`'s server; a per-GPU figure must name that GPU."""

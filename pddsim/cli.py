@@ -320,7 +320,7 @@ def cmd_bench_perf(args) -> int:
         table_of,
     )
     measured = read_measured(Path(args.against))
-    names = args.profile or sorted(catalog.engines())
+    names = args.engine or sorted(catalog.engines())
     settings = args.set or []
     what_if = f" [{', '.join(settings)}]" if settings else ""
     profiles = {f"roofline/{n}{what_if}": profile_with(n, settings) for n in names}
@@ -526,8 +526,8 @@ def parser() -> Parser:
     bp = bsub.add_parser("perf", help="predicted vs measured iteration times, error by kind/TP/source")
     bp.add_argument("--against", required=True, metavar="MEASURED.csv",
                     help="columns model,gpu,tp,tokens,attn_pairs,kv_tokens,time_ms,source")
-    bp.add_argument("--profile", action="append", metavar="NAME",
-                    help="engine profile to test (repeatable; default: every profile)")
+    bp.add_argument("--engine", action="append", metavar="NAME",
+                    help="engine to test (repeatable; default: every engine in the catalog)")
     bp.add_argument("--set", action="append", metavar="FIELD=VALUE",
                     help="set an engine constant in every profile tested, e.g. overhead_ms=10 "
                     "(repeatable; a profile keeps the source it was fitted to)")

@@ -16,9 +16,11 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    create_model,
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
 from pddsim import catalog
 from pddsim.errors import InputError
@@ -63,44 +65,57 @@ class RdmaConfig(Strict):
 class InstanceGroup(Strict):
     role: Literal["prefill", "decode", "colocated", "relay"]
     count: int = Field(ge=1)
-    tp: int = Field(1, ge=1, description="GPUs per instance (tensor parallel)")
+    tp: int = Field(1, ge=1, description="tensor-parallel GPUs of each attention rank")
+    dp: int = Field(1, ge=1, description="attention data-parallel ranks per instance, each with "
+                    "its own requests' KV and a replica of the non-expert weights; an instance "
+                    "has tp x dp GPUs")
+    ep: int = Field(1, ge=1, description="MoE: expert-parallel degree (the routed experts spread "
+                    "over ep groups of tp x dp / ep GPUs, tensor-parallel within a group)")
+
+    @model_validator(mode="after")
+    def _layout(self):
+        if (self.tp * self.dp) % self.ep:
+            raise ValueError(f"ep={self.ep} must divide the instance's tp x dp = {self.tp * self.dp} GPUs")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.dp
 
 
 DEFAULT_ENGINE = "distserve-2024"
 
+# every engine constant can be overridden in `perf`, validated as the catalog validates it
+_OVERRIDES = {name: (f.annotation | None,   # type: ignore[operator]
+                     FieldInfo.merge_field_infos(f, default=None, description=f"override: {f.description}"))
+              for name, f in catalog.EngineProfile.model_fields.items()
+              if name not in ("name", "fitted_to")}
+_EngineOverrides = create_model("_EngineOverrides", __base__=Strict, **_OVERRIDES)  # type: ignore[call-overload]
 
-class Perf(Strict):
-    """The iteration-time model: a roofline under a named engine profile (any of its fields can be
-    overridden here), or a table of measured iteration times."""
+
+class Perf(_EngineOverrides):   # type: ignore[misc, valid-type]
+    """The iteration-time model: a roofline under a named serving engine (any of its fields can
+    be overridden here), or a table of measured iteration times."""
 
     kind: Literal["roofline", "table"] = "roofline"
-    profile: str = Field(DEFAULT_ENGINE, description="engine profile (pddsim/data/engines.yaml)")
-    linear_bf16: float | None = Field(None, gt=0, le=1, description="override: share of BF16 peak")
-    linear_fp8: float | None = Field(None, gt=0, le=1, description="override: share of FP8 peak")
-    attn_prefill: float | None = Field(None, gt=0, le=1, description="override: prefill attention")
-    attn_decode: float | None = Field(None, gt=0, le=1, description="override: decode attention")
-    memory: float | None = Field(None, gt=0, le=1, description="override: share of HBM bandwidth")
-    overhead_ms: float | None = Field(None, ge=0, description="override: per-iteration cost")
-    allreduce_base_us: float | None = Field(None, ge=0, description="override: all-reduce latency")
-    allreduce_step_us: float | None = Field(None, ge=0, description="override: per ring step")
-    host_layer_us: catalog.HostLaunchUs | None = Field(
-        None, description="override: host launch time per layer, us (one figure or one per GPU)")
+    engine: str = Field(DEFAULT_ENGINE, description="serving engine (pddsim/data/engines.yaml)")
     table: str | None = Field(None, description="CSV of measured iteration times (kind: table)")
 
     @model_validator(mode="after")
     def _valid(self):
         if self.kind == "table" and not self.table:
             raise ValueError("perf.kind 'table' needs perf.table (a CSV path)")
-        if self.profile not in catalog.engines():
-            raise ValueError(f"unknown engine profile {self.profile!r}; known: "
+        if self.engine not in catalog.engines():
+            raise ValueError(f"unknown engine {self.engine!r}; known: "
                              f"{', '.join(sorted(catalog.engines()))}")
         return self
 
-    def engine(self) -> catalog.EngineProfile:
-        """The named profile with this config's overrides applied."""
-        fields = set(catalog.EngineProfile.model_fields) - {"name"}
-        overrides = {k: v for k, v in self.model_dump(include=fields).items() if v is not None}
-        return catalog.engine(self.profile).model_copy(update=overrides)
+    def overrides(self) -> dict:
+        return {k: v for k, v in self.model_dump(include=set(_OVERRIDES)).items() if v is not None}
+
+    def engine_profile(self) -> catalog.EngineProfile:
+        """The named engine with this config's overrides applied."""
+        return catalog.engine(self.engine).model_copy(update=self.overrides())
 
 
 class HostMemory(Strict):
@@ -124,9 +139,11 @@ class Batching(Strict):
     max_batch: int = Field(256, ge=1, description="requests in one iteration at most")
     kv_block_tokens: int = Field(16, ge=1, description="paged-KV block size")
     memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM the server may use")
-    chunk_packing: Literal["packed", "alone"] = Field(
+    chunk_packing: Literal["packed", "alone", "whole"] = Field(
         "packed", description="packed: one iteration computes prefill chunks of several requests "
-        "up to the token budget; alone: of one request only, so a short tail chunk runs by itself")
+        "up to the token budget; alone: of one request only, so a short tail chunk runs by itself; "
+        "whole: whole prompts up to the budget, a prompt split into chunks only when it is first "
+        "and does not fit (an engine without chunked prefill)")
     coalesce_decode: bool = Field(
         True, description="advance a batch's identical decode iterations in one step; false steps "
         "one iteration at a time (slower, same results: a check of the optimisation)")
@@ -411,9 +428,19 @@ class Faults(Strict):
         "or take their usual path and wait for the line")
 
 
+class Quant(Strict):
+    """How the deployment stores the model, where it differs from the checkpoint's catalog entry
+    (an FP8 or NVFP4 build of a BF16 release, FP8 KV beside FP8 weights)."""
+
+    weights: catalog.Dtype | None = Field(None, description="non-expert weights' dtype")
+    experts: catalog.Dtype | None = Field(None, description="MoE: routed experts' dtype")
+    kv: catalog.Dtype | None = Field(None, description="KV cache dtype")
+
+
 class Config(Strict):
     name: str
     model: str
+    quant: Quant = Quant()
     clusters: dict[str, Cluster] = Field(min_length=1)
     wan: LinkConfig | None = Field(None, description="the line between the clusters")
     batching: Batching = Batching()
@@ -480,6 +507,10 @@ class Config(Strict):
         for i, rf in enumerate(faults.random):
             if rf.role not in roles:
                 raise ValueError(f"faults.random.{i}.role: no {rf.role} instances")
+
+    def served_model(self) -> catalog.ModelSpec:
+        """The catalog's model as this deployment stores it (`quant`)."""
+        return catalog.model(self.model).served(**self.quant.model_dump())
 
     def resolve(self, path: str) -> Path:
         p = Path(path)

@@ -18,7 +18,7 @@ def gpu_price(cfg: Config, gpu: str) -> float:
 def gpu_count(cfg: Config) -> dict[str, int]:
     counts: dict[str, int] = {}
     for cluster in cfg.clusters.values():
-        n = sum(g.count * g.tp for g in cluster.instances)
+        n = sum(g.count * g.gpus for g in cluster.instances)
         counts[cluster.gpu] = counts.get(cluster.gpu, 0) + n
     return counts
 

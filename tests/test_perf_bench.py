@@ -24,29 +24,29 @@ BAND = (0.85, 1.15)
 
 def test_profile_fields_override_one_by_one():
     base = catalog.engine("modern-fp8")
-    engine = Perf(profile="modern-fp8", overhead_ms=1.5).engine()
+    engine = Perf(engine="modern-fp8", overhead_ms=1.5).engine_profile()
     assert engine.overhead_ms == 1.5
     assert engine.model_copy(update={"overhead_ms": base.overhead_ms}) == base
-    assert Perf().engine() == catalog.engine(DEFAULT_ENGINE)
+    assert Perf().engine_profile() == catalog.engine(DEFAULT_ENGINE)
 
 
 def test_host_launch_override_is_one_figure_or_one_per_known_gpu():
-    assert Perf(profile="splitwise-2023", host_layer_us=50).engine().host_layer_s("h200") == 50e-6
-    per_gpu = Perf(profile="modern-fp8", host_layer_us={"a100-80gb": 300}).engine()
+    assert Perf(engine="splitwise-2023", host_layer_us=50).engine_profile().host_layer_s("h200") == 50e-6
+    per_gpu = Perf(engine="modern-fp8", host_layer_us={"a100-80gb": 300}).engine_profile()
     assert per_gpu.host_layer_s("a100-80gb") == 300e-6
     with pytest.raises(ValueError, match="unknown GPU 'a100'"):
         Perf(host_layer_us={"a100": 300})
 
 
-def test_unknown_profile_is_a_field_error():
-    with pytest.raises(ValueError, match="unknown engine profile 'nope'"):
-        Perf(profile="nope")
+def test_unknown_engine_is_a_field_error():
+    with pytest.raises(ValueError, match="unknown engine 'nope'"):
+        Perf(engine="nope")
 
 
 def test_overhead_adds_to_every_iteration_exactly():
     model, gpu = catalog.model("llama-3.1-70b"), catalog.gpu("h100-sxm")
-    low = Roofline(model, gpu, 4, Perf(overhead_ms=0).engine())
-    high = Roofline(model, gpu, 4, Perf(overhead_ms=7).engine())
+    low = Roofline(model, gpu, 4, Perf(overhead_ms=0).engine_profile())
+    high = Roofline(model, gpu, 4, Perf(overhead_ms=7).engine_profile())
     assert high.iteration(512, 512 * 256, 0) - low.iteration(512, 512 * 256, 0) == pytest.approx(7e-3)
     assert high.decode_run(8, 8000, 10).total_s - low.decode_run(8, 8000, 10).total_s \
         == pytest.approx(70e-3)
@@ -154,7 +154,7 @@ def test_bench_perf_what_if_sets_a_constant_and_keeps_the_fit(input_error, tmp_p
 
     def run(*settings):
         cases = tmp_path / "cases.csv"
-        argv = ["bench", "perf", "--against", str(path), "--profile", "distserve-2024", "--json",
+        argv = ["bench", "perf", "--against", str(path), "--engine", "distserve-2024", "--json",
                 "--cases", str(cases)]
         assert cli.main(argv + [a for s in settings for a in ("--set", s)]) == 0
         out = json.loads(capsys.readouterr().out)
@@ -188,7 +188,7 @@ def test_bench_perf_tests_a_table_on_the_cases_of_its_model_gpu_and_tp(input_err
     path = measured_file(tmp_path, [f"opt-13b,a100-80gb,2,8,8000,8000,{own_ms / 0.8},DistServe@x",
                                     "opt-13b,a100-80gb,4,8,8000,8000,30,DistServe@x",
                                     "opt-13b,a100-80gb,2,512,512000,512000,30,other"])
-    assert cli.main(["bench", "perf", "--against", str(path), "--profile", "modern-fp8",
+    assert cli.main(["bench", "perf", "--against", str(path), "--engine", "modern-fp8",
                      "--table", str(table), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)[f"table/{table}"]
     assert (out["cases"], out["not_covered"]) == (1, 2)

@@ -65,20 +65,23 @@ class Instance:
         "env", "name", "role", "_prefill_side", "_queue_stage", "_decode_stage", "cluster", "perf",
         "capacity", "block", "token_budget", "chunk", "pack_chunks", "max_batch", "coalesce",
         "cache", "host_load", "kv_bytes_per_token", "_cache_in_hbm", "hooks", "busy_s",
+        "prefill_first", "reserve", "whole_prompts",
         "tokens_decoded", "preemptions", "kv_peak", "tracer", "load_watch", "_pending",
         # the engine's state (`_empty`)
         "_pinned", "_shared", "_ctx_end", "_loading", "_loads", "waiting", "prefilling", "held",
         "iters", "_ctx_base", "_finish_heap", "_decoders", "_joined", "_at_boundary", "_seq",
         "_seg_end", "_seg_max", "_run_in_flight", "_run_t0", "_flight_at", "_flight_iters",
         "pending_prefill_tokens", "inbound_tokens", "waiting_tokens", "_wake", "_interruptible",
-        "_cut_event", "_segment", "_run_k", "_run_s",
+        "_cut_event", "_segment", "_run_k", "_run_s", "_promises", "_promised", "_stall_s",
     )
 
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
                  kv_capacity_tokens: int, batching, cache: PrefixCache | None, hooks,
-                 host_load: Link | None = None, kv_bytes_per_token: float = 0.0):
+                 host_load: Link | None = None, kv_bytes_per_token: float = 0.0,
+                 scheduler: str = "mixed", admission: str = "optimistic"):
         """`host_load` is None for a cache in HBM; for one in host memory, the link its hits are
-        loaded over (`kv_bytes_per_token` sizes them)."""
+        loaded over (`kv_bytes_per_token` sizes them). `scheduler` and `admission` are the
+        engine's policies (catalog.EngineProfile)."""
         self.env = env
         self.name = name
         self.role = role
@@ -91,7 +94,10 @@ class Instance:
         self.block = batching.kv_block_tokens
         self.token_budget = batching.token_budget
         self.chunk = batching.prefill_chunk
-        self.pack_chunks = batching.chunk_packing == "packed"
+        self.pack_chunks = batching.chunk_packing != "alone"
+        self.whole_prompts = batching.chunk_packing == "whole"
+        self.prefill_first = scheduler == "prefill_first"
+        self.reserve = admission == "reserve"
         self.max_batch = batching.max_batch
         self.coalesce = batching.coalesce_decode
         self.cache = cache
@@ -138,9 +144,13 @@ class Instance:
         self._wake: simpy.Event | None = None
         self._interruptible = False
         self._cut_event: _Urgent | None = None
-        self._segment: tuple = ()             # the mixed iteration in flight: chunks, start, seconds
+        self._segment: tuple = ()             # the iteration with prefill in flight: chunks, its
+                                              # decode iterations (0 or 1), start, seconds
         self._run_k = 0                       # iterations the decode run in flight ends after
         self._run_s = 0.0                     # and their seconds (both lowered when it is cut)
+        self._promises: dict[Request, int] = {}   # `reserve`: each admitted request's whole length
+        self._promised = 0                    # and their sum
+        self._stall_s = 0.0                   # `prefill_first`: decoders paused since their last token
 
     def crash(self) -> None:
         """The instance dies: its loop stops where it is, and every request's KV on it, its
@@ -284,7 +294,13 @@ class Instance:
         """Give back KV held for `req`'s work that moved on (a pipeline tracking it itself)."""
         self.held -= tokens
         self._unpin(req)
+        self._unpromise(req)
         self._poke()
+
+    def _unpromise(self, req: Request) -> None:
+        """`req`'s work here has let go of its KV: its reservation (`reserve`) ends."""
+        if self._promises:
+            self._promised -= self._promises.pop(req, 0)
 
     def withdraw(self, req: Request) -> bool:
         """Take back a request still waiting for admission here (the pipeline serves it
@@ -356,8 +372,9 @@ class Instance:
             n = len(self._decoders)
             settled = self._ctx_base + n * self.iters
             if chunks:                        # one iteration with prefill in it, `plan` seconds
-                self._ctx_end = settled + n
-                self._segment = (chunks, t0, plan)
+                k = 0 if self.prefill_first else 1    # decode iterations it is
+                self._ctx_end = settled + k * n
+                self._segment = (chunks, k, t0, plan)
                 self._changed()
                 self._wait(env.timeout(plan), self._mixed_done)
                 return
@@ -371,9 +388,9 @@ class Instance:
             return
 
     def _mixed_done(self, _event: simpy.Event) -> None:
-        chunks, t0, plan = self._segment
+        chunks, k, t0, plan = self._segment
         self._segment = ()
-        self._complete(chunks, 1, t0, plan, plan, plan)
+        self._complete(chunks, k, t0, plan, plan, plan)
         self._step()
 
     def _cut(self, urgent: simpy.Event | None = None) -> None:
@@ -412,18 +429,25 @@ class Instance:
             if req.needs_lookup:
                 self._lookup_prefix(req)
             need = ceil_div(req.context + req.prefill_left, self.block) * self.block
+            whole = ceil_div(req.context + req.prefill_left + req.decode_left, self.block) * self.block
             running = len(self.prefilling) + len(self._decoders) + self._loading
             pinned = self._pool_share(req)    # in the pool already, as cached blocks
-            if need > self.capacity:          # can never fit
+            if need > self.capacity or (self.reserve and whole > self.capacity):   # can never fit
                 self._dequeue()
                 self._unpin(req, admitted=False)
                 self.pending_prefill_tokens -= req.prefill_left
                 self._changed()
                 self.hooks.failed(req, self, "context exceeds the instance's KV memory")
                 continue
-            if running >= self.max_batch or self._free_tokens(need - pinned) < need - pinned:
+            want = need - pinned
+            if self.reserve:    # room for its whole length and what admitted requests still add
+                want = whole - pinned + self._promised - self._kv_settled()
+            if running >= self.max_batch or self._free_tokens(want) < want:
                 return
             self._dequeue()
+            if self.reserve:
+                self._promises[req] = whole
+                self._promised += whole
             self._shared += pinned
             if req.ready_tokens:
                 req.emit(now, req.ready_tokens)
@@ -515,11 +539,15 @@ class Instance:
         """KV the decoders still add before the segment in flight ends."""
         return max(0, self._ctx_end - self.decode_context)
 
+    def _kv_settled(self) -> int:
+        """KV tokens requests hold between segments: admitted prompts and held KV, decoders'."""
+        return self.held + self._ctx_base + len(self._decoders) * self.iters
+
     def _free_tokens(self, want: int) -> int:
         """KV tokens free in the pool, after evicting unused cached blocks (least recently used
         first) until `want` are free, if the cache is in HBM and that is needed. Asked between
         segments only: no iteration is in flight, so the decoders' KV is the settled one."""
-        free = self.capacity - self.held - self._ctx_base - len(self._decoders) * self.iters
+        free = self.capacity - self._kv_settled()
         if self._cache_in_hbm:
             cache = self.cache
             assert cache is not None
@@ -534,24 +562,29 @@ class Instance:
         had to be preempted first."""
         n = len(self._decoders)
         ctx = self._ctx_base + n * self.iters     # between segments: no run under way
-        # every iteration, mixed or not, adds n tokens; cached blocks make room before a decoder
-        if self.prefilling and self.token_budget > n:   # one iteration with prefill chunks in it
-            if n and self._free_tokens(n) < n:
+        # a mixed iteration adds n tokens, cached blocks making room before a decoder; a
+        # prefill-first engine runs waiting prompts alone while its decoders pause
+        if self.prefilling and (self.prefill_first or self.token_budget > n):
+            decoding = n if not self.prefill_first else 0
+            if decoding and self._free_tokens(n) < n:
                 self._preempt_newest()
                 return None, None
-            budget = self.token_budget - n
+            budget = self.token_budget - decoding
             chunks = []
-            tokens, pairs, kv_read = n, ctx, ctx
+            tokens, pairs, kv_read = (n, ctx, ctx) if decoding else (0, 0, 0)
             for req in self.prefilling:
                 if budget <= 0 or (chunks and not self.pack_chunks):
                     break
                 c = min(req.prefill_left, self.chunk, budget)
+                if chunks and self.whole_prompts and c < req.prefill_left:
+                    break                         # whole prompts only, but for the first
                 chunks.append((req, c))
                 budget -= c
                 tokens += c
                 pairs += c * (req.context + c / 2)
                 kv_read += req.context
-            return chunks, self.perf.iteration(tokens, pairs, kv_read, ctx)
+            return chunks, self.perf.iteration(tokens, pairs, kv_read, ctx if decoding else 0,
+                                               decoding + len(chunks))
         # decode only (n > 0): run until the next finish or until memory runs out
         heap = self._finish_heap
         while heap and (not heap[0][2].decoding or heap[0][2].inst is not self
@@ -576,12 +609,17 @@ class Instance:
         self.busy_s += elapsed
         n = len(self._decoders)
         iters = self.iters
-        if n:
+        if n and not k:                         # a prefill-only iteration: the decoders paused
+            self._stall_s += elapsed
+        elif n:
             self.tokens_decoded += k * n
             self.iters = iters = iters + k
             used = self.held + self._ctx_base + n * iters   # settled
             if used > self.kv_peak:
                 self.kv_peak = used
+            if self._stall_s:                   # the pause lengthens the gap before this token
+                longest_s = max(longest_s, self._stall_s + first_s)
+                self._stall_s = 0.0
             self._push_segment(longest_s)
             if self._joined:
                 first = t0 + first_s
@@ -640,6 +678,7 @@ class Instance:
         req.reserved = 0
         if req.decode_left <= 0:
             self._unpin(req)
+            self._unpromise(req)
             self._changed()
             self.hooks.finished(req, self)
         else:
@@ -664,6 +703,7 @@ class Instance:
             req.emit_run(self.env.now, made, self._seg_max[i])
         del self._decoders[req]
         self._unpin(req)
+        self._unpromise(req)
         self._ctx_base -= req.context - req.start_iter
         req.context += made
         req.decode_left -= made

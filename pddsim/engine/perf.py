@@ -1,11 +1,16 @@
 """How long one batch iteration takes on an instance.
 
 The roofline model (default) prices an iteration as the larger of its compute time and its HBM time,
-plus tensor-parallel all-reduces and a fixed per-iteration overhead; an eager engine's GPU work
-cannot go faster than its host launches the kernels (a floor per layer). Weights are read once per
-iteration, so a small prefill chunk pays the same weight read as a large one: that is what makes
-unbatched tail chunks expensive. Every running request's KV is read too, so decode slows as contexts
-grow. The table model replaces the roofline by measured iteration times interpolated from a CSV.
+plus the collectives (tensor-parallel all-reduces, expert-parallel all-to-alls) and the engine's
+CPU work per iteration and per request; an iteration launched eagerly cannot go faster than its
+host launches the kernels (a floor per layer), nor any iteration faster than the front end streams
+its tokens. Weights are read once per iteration, so a small prefill chunk pays the same weight read
+as a large one: that is what makes unbatched tail chunks expensive. Every running request's KV is
+read too, so decode slows as contexts grow. A MoE's routed experts are grouped GEMMs: each expert an
+iteration touches is read once and pays a fixed cost, so few tokens per expert run far below the
+dense peak. An instance may split its GPUs into attention data-parallel ranks (each holding its
+requests' KV and a replica of the non-expert weights) with the experts spread over all of them.
+The table model replaces the roofline by measured iteration times interpolated from a CSV.
 """
 from __future__ import annotations
 
@@ -17,13 +22,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from pddsim.catalog import EngineProfile, GpuSpec, ModelSpec
+from pddsim.catalog import DTYPE_BYTES, EngineProfile, GpuSpec, ModelSpec
 from pddsim.errors import InputError
 
 if TYPE_CHECKING:
     from pddsim.config import Perf
 
-ACT_BYTES = 2.0  # activations travel in BF16 in the tensor-parallel all-reduces
+ACT_BYTES = 2.0  # activations travel in BF16 in the tensor-parallel all-reduces and all-to-alls
 
 
 class DecodeRun(Protocol):
@@ -36,90 +41,150 @@ class DecodeRun(Protocol):
 
 
 class PerfModel(Protocol):
-    """The seam an instance prices its iterations through (`perf.kind` in the config)."""
+    """The seam an instance prices its iterations through (`perf.kind` in the config).
+
+    An iteration computes `tokens`, attends `attn_pairs` query x context token pairs
+    (`decode_pairs` of them by decode tokens), reads `kv_tokens_read` tokens of KV, and serves
+    `requests` requests (each samples a token and costs the scheduler its share); null: one per
+    token when every token is a decode, else one."""
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
-                  decode_pairs: float = 0.0) -> float: ...
+                  decode_pairs: float = 0.0, requests: float | None = None) -> float: ...
     def iterations(self, tokens: np.ndarray, attn_pairs: np.ndarray, kv_tokens_read: np.ndarray,
-                   decode_pairs: np.ndarray | float = 0.0) -> np.ndarray: ...
+                   decode_pairs: np.ndarray | float = 0.0,
+                   requests: np.ndarray | float | None = None) -> np.ndarray: ...
     def decode_run(self, n: int, context: int, k: int) -> DecodeRun: ...
 
 
-class Roofline:
-    """Roofline iteration time for `model` on `tp` GPUs of type `gpu`, served by `engine`."""
+def _requests(tokens, attn_pairs, decode_pairs, requests):
+    """The requests of an iteration the caller did not count: a decode serves one per token."""
+    if requests is not None:
+        return requests
+    return np.where((np.asarray(decode_pairs) >= np.asarray(attn_pairs)) & (np.asarray(attn_pairs) > 0),
+                    tokens, 1.0)
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, engine: EngineProfile):
-        # the weights' dtype sets the matmuls' peak (W4A16 dequantises to 16-bit)
-        fp8 = model.weight_dtype == "fp8" and gpu.fp8_tflops > gpu.bf16_tflops
-        linear_flops = tp * gpu.peak_tflops(model.weight_dtype) * 1e12 \
-            * (engine.linear_fp8 if fp8 else engine.linear_bf16)
-        attn_peak = tp * gpu.bf16_tflops * 1e12                 # attention kernels run in 16-bit
-        self.s_per_token = 2.0 * model.active_params_b * 1e9 / linear_flops
+
+class Roofline:
+    """Roofline iteration time for `model` on `tp` x `dp` GPUs of type `gpu` served by `engine`:
+    `dp` attention data-parallel ranks of `tp` tensor-parallel GPUs each, the routed experts spread
+    `ep` ways (and tensor-parallel over the rest). Per GPU, with the batch split evenly over the
+    ranks."""
+
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, engine: EngineProfile,
+                 dp: int = 1, ep: int = 1):
+        gpus = tp * dp
+        attn_peak = gpus * gpu.bf16_tflops * 1e12                 # attention kernels run in 16-bit
+        dense_flops = gpus * gpu.peak_tflops(model.weight_dtype) * 1e12 \
+            * engine.linear_share(gpu.matmul_dtype(model.weight_dtype))
+        routed_active = model.active_params_b * 1e9 - model.shared_params
+        self.s_per_token = 2.0 * (model.per_token_params - routed_active) / dense_flops
+        self.s_per_sample = 2.0 * model.head_params / dense_flops
         self.s_per_prefill_pair = model.prefill_attn_flops / (attn_peak * engine.attn_prefill)
         self.s_per_decode_pair = model.decode_attn_flops / (attn_peak * engine.attn_decode)
-        bytes_per_s = tp * gpu.hbm_tbps * 1e12 * engine.memory
-        self.s_per_kv_token = model.kv_bytes_per_token / bytes_per_s
-        self.shared_s = model.shared_weight_bytes / bytes_per_s
-        self.routed_s = (model.weight_bytes - model.shared_weight_bytes) / bytes_per_s
+        self.s_per_token += model.window_tokens * model.window_attn_flops / (attn_peak * engine.attn_decode)
+        # routed experts: grouped GEMMs at a share of the dense efficiency, each touched expert
+        # paying `expert_tokens_half` tokens' worth more (`_routed_compute`)
+        expert_flops = gpus * gpu.peak_tflops(model.routed_dtype) * 1e12 * engine.grouped_gemm \
+            * engine.linear_share(gpu.matmul_dtype(model.routed_dtype))
+        self.s_per_routed_token = 2.0 * routed_active / expert_flops
+        self.s_per_touched = 2.0 * engine.expert_tokens_half * model.routed_params / expert_flops
+        bytes_per_s = gpu.hbm_tbps * 1e12 * engine.memory
+        kv_split = dp * min(tp, model.kv_heads or tp)            # GPUs one token's KV spreads over
+        self.s_per_kv_token = model.kv_bytes_per_token / kv_split / bytes_per_s
+        self.s_per_request = (model.window_tokens * model.window_kv_bytes_per_token / kv_split
+                              + 2 * model.state_bytes / gpus) / bytes_per_s
+        lookup = 0.0 if model.tied_embeddings else model.head_params * DTYPE_BYTES[model.weight_dtype]
+        self.shared_s = (model.shared_weight_bytes - lookup) / tp / bytes_per_s
+        self.routed_s = model.routed_params * DTYPE_BYTES[model.routed_dtype] / gpus / bytes_per_s
         self.pick_share = model.routed_pick_share
-        # two all-reduces per layer; a ring moves 2(n-1)/n of the payload over one direction of
-        # each GPU's link at the measured bus bandwidth, in 2(n-1) latency-bound steps
+        # two all-reduces per layer within a rank; a ring moves 2(n-1)/n of the payload over one
+        # direction of each GPU's link at the measured bus bandwidth, in 2(n-1) latency-bound steps
         allreduces = 2 * model.layers
+        ring_Bps = gpu.link_GBps(tp, gpu.allreduce_bus_gbps) * 1e9
         self.comm_s_per_token = (0.0 if tp == 1 else allreduces * 2 * (tp - 1) / tp
-                                 * model.hidden_size * ACT_BYTES / (gpu.allreduce_bus_gbps * 1e9))
+                                 * model.hidden_size * ACT_BYTES / ring_Bps / dp)
         latency_s = (engine.allreduce_base_us + engine.allreduce_step_us * 2 * (tp - 1)) / 1e6
-        self.fixed_s = engine.overhead_ms / 1e3 + (0.0 if tp == 1 else allreduces * latency_s)
+        comm_fixed = 0.0 if tp == 1 else allreduces * latency_s
+        if ep > 1 and model.moe_layers:     # a dispatch and a combine per MoE layer
+            a2a_Bps = gpu.link_GBps(gpus, gpu.interconnect_gbps) * 1e9
+            self.comm_s_per_token += (2 * model.moe_layers * model.experts_per_token * model.hidden_size
+                                      * ACT_BYTES * (ep - 1) / ep / gpus / a2a_Bps)
+            comm_fixed += 2 * model.moe_layers * engine.alltoall_us / 1e6
+        # the engine's CPU work per iteration: added to the GPU's, or (overlapped) bounding it
+        self.cpu_s, self.cpu_per_request = engine.overhead_ms / 1e3, engine.seq_us / 1e6
+        self.overlap = engine.overlap
+        self.fixed_s = comm_fixed + (0.0 if self.overlap else self.cpu_s)
         # An eager engine's host launches every kernel of a layer one by one while the GPU runs
         # them asynchronously: the slower of the two paces each layer, and the layers are alike,
-        # so the GPU work (all-reduces included) cannot take less than layers x the host's launch
-        # time. Each TP worker launches the same kernels on its own CPU core: the floor does not
-        # shrink with TP. The per-iteration overhead (scheduling, input preparation, sampling)
-        # runs before the launches and adds to either. 0: no floor (graph-captured engines
-        # launch one graph per iteration), and no cost.
-        host_s = engine.host_layer_s(gpu.name) * model.layers
-        self.floor_s = host_s + engine.overhead_ms / 1e3 if host_s else 0.0
+        # so the GPU work (collectives included) cannot take less than layers x the host's launch
+        # time. Each worker launches the same kernels on its own CPU core: the floor does not
+        # shrink with more GPUs. A decode iteration of at most `graph_max_batch` requests replays
+        # a captured graph instead (no floor).
+        self.host_s = engine.host_layer_s(gpu.name) * model.layers
+        self.graph_max_batch = engine.graph_max_batch
+        self.stream_s = engine.stream_us / 1e6
 
     @classmethod
     def from_config(cls, model: ModelSpec, gpu: GpuSpec, tp: int, perf: Perf,
-                    base_dir: Path = Path(".")) -> Roofline:
-        """The roofline under a config's `perf`: its profile with its overrides."""
-        return cls(model, gpu, tp, perf.engine())
+                    base_dir: Path = Path("."), dp: int = 1, ep: int = 1) -> Roofline:
+        """The roofline under a config's `perf`: its engine with its overrides."""
+        return cls(model, gpu, tp, perf.engine_profile(), dp, ep)
+
+    def touched_share(self, tokens):
+        """Share of the routed experts an iteration of `tokens` touches (each token picks its
+        share independently)."""
+        return 1.0 - (1.0 - self.pick_share) ** tokens
 
     def weights_read_s(self, tokens):
-        """Time to read the weights one iteration needs: the shared part always; a MoE touches
-        more routed experts as the batch grows (each token picks its share independently)."""
-        return self.shared_s + self.routed_s * (1.0 - (1.0 - self.pick_share) ** tokens)
+        """Time to read the weights one iteration needs: the non-expert part always; a MoE
+        touches more routed experts as the batch grows."""
+        return self.shared_s + self.routed_s * self.touched_share(tokens)
+
+    def _routed_compute(self, tokens):
+        return tokens * self.s_per_routed_token + self.s_per_touched * self.touched_share(tokens)
+
+    def floor_s(self, requests, eager=True):
+        """The least an iteration of `requests` takes whatever its GPU work: the host's launches
+        (eager iterations; the CPU work adds to them unless overlapped), the overlapped CPU
+        work, the front end's streaming."""
+        cpu = self.cpu_s + requests * self.cpu_per_request
+        host = np.where(eager, self.host_s, 0.0) if self.host_s else 0.0
+        floor = np.maximum(host, cpu) if self.overlap else np.where(host > 0, host + cpu, 0.0)
+        return np.maximum(floor, requests * self.stream_s)
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
-                  decode_pairs: float = 0.0) -> float:
-        """Time of one iteration: `tokens` computed, `attn_pairs` query x context token pairs
-        attended (`decode_pairs` of them by decode tokens, which attend in the absorbed form),
-        `kv_tokens_read` tokens of KV cache read."""
-        compute = (tokens * self.s_per_token + (attn_pairs - decode_pairs) * self.s_per_prefill_pair
-                   + decode_pairs * self.s_per_decode_pair)
-        memory = self.weights_read_s(tokens) + kv_tokens_read * self.s_per_kv_token
-        t = max(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
-        return t if t >= self.floor_s else self.floor_s
+                  decode_pairs: float = 0.0, requests: float | None = None) -> float:
+        """Time of one iteration (see PerfModel)."""
+        return float(self.iterations(tokens, attn_pairs, kv_tokens_read, decode_pairs, requests))
 
-    def iterations(self, tokens: np.ndarray, attn_pairs: np.ndarray,
-                   kv_tokens_read: np.ndarray, decode_pairs=0.0) -> np.ndarray:
-        """`iteration` over arrays: many independent iterations at once."""
+    def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0,
+                   requests=None) -> np.ndarray:
+        """Many independent iterations at once."""
         tokens = np.asarray(tokens, dtype=float)
         attn_pairs, decode_pairs = np.asarray(attn_pairs), np.asarray(decode_pairs)
-        compute = (tokens * self.s_per_token + (attn_pairs - decode_pairs) * self.s_per_prefill_pair
+        requests = np.asarray(_requests(tokens, attn_pairs, decode_pairs, requests), dtype=float)
+        compute = (tokens * self.s_per_token + requests * self.s_per_sample + self._routed_compute(tokens)
+                   + (attn_pairs - decode_pairs) * self.s_per_prefill_pair
                    + decode_pairs * self.s_per_decode_pair)
-        memory = self.weights_read_s(tokens) + np.asarray(kv_tokens_read) * self.s_per_kv_token
-        t = np.maximum(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s
-        return np.maximum(t, self.floor_s) if self.floor_s else t
+        memory = (self.weights_read_s(tokens) + np.asarray(kv_tokens_read) * self.s_per_kv_token
+                  + requests * self.s_per_request)
+        cpu = 0.0 if self.overlap else requests * self.cpu_per_request
+        t = np.maximum(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s + cpu
+        eager = ~((decode_pairs >= attn_pairs) & (tokens <= self.graph_max_batch))
+        return np.maximum(t, self.floor_s(requests, eager))
 
     def decode_run(self, n: int, context: int, k: int) -> LinearRun | FlooredRun:
         """k decode iterations of n requests holding `context` KV tokens at the first, growing by
         n tokens an iteration: both roofline terms are linear in the iteration index, and the
-        host floor, when it binds, binds the first iterations (the terms only grow)."""
-        compute = (n * self.s_per_token + context * self.s_per_decode_pair, n * self.s_per_decode_pair)
-        memory = (self.weights_read_s(n) + context * self.s_per_kv_token, n * self.s_per_kv_token)
-        run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s, k)
-        return FlooredRun(run, self.floor_s) if run.first_s < self.floor_s else run
+        floor, when it binds, binds the first iterations (the terms only grow)."""
+        compute = (n * (self.s_per_token + self.s_per_sample) + self._routed_compute(n)
+                   + context * self.s_per_decode_pair, n * self.s_per_decode_pair)
+        memory = (self.weights_read_s(n) + context * self.s_per_kv_token + n * self.s_per_request,
+                  n * self.s_per_kv_token)
+        cpu = 0.0 if self.overlap else n * self.cpu_per_request
+        run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s + cpu, k)
+        floor = float(self.floor_s(n, n > self.graph_max_batch))
+        return FlooredRun(run, floor) if run.first_s < floor else run
 
 
 class MeasuredTable:
@@ -136,7 +201,7 @@ class MeasuredTable:
 
     @classmethod
     def from_config(cls, model: ModelSpec, gpu: GpuSpec, tp: int, perf: Perf,
-                    base_dir: Path = Path(".")) -> MeasuredTable:
+                    base_dir: Path = Path("."), dp: int = 1, ep: int = 1) -> MeasuredTable:
         """The config's table (a path relative to the config); the same times for every GPU."""
         assert perf.table is not None       # the config requires it for kind 'table'
         return cls(base_dir / perf.table)
@@ -158,10 +223,11 @@ class MeasuredTable:
         self.grids = {phase: _Grid(path, phase, points) for phase, points in rows.items()}
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
-                  decode_pairs: float = 0.0) -> float:
+                  decode_pairs: float = 0.0, requests: float | None = None) -> float:
         return float(self.iterations(tokens, attn_pairs, kv_tokens_read, decode_pairs))
 
-    def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0) -> np.ndarray:
+    def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0,
+                   requests=None) -> np.ndarray:
         out = np.empty(np.broadcast(tokens, attn_pairs, kv_tokens_read, decode_pairs).shape)
         for grid, where, t, ctx in self._cells(tokens, attn_pairs, kv_tokens_read, decode_pairs):
             out[where] = grid.at(t, ctx)

@@ -56,7 +56,7 @@ class HandoffBenchSpec:
     md_gpu: str = "h20"
     md_tp: int = 8                 # the smallest H20 node that holds the INT4 1T model
     # the engine profile of the paper configs (a 2025 engine)
-    perf: Perf = field(default_factory=lambda: Perf(profile="modern-fp8"))
+    perf: Perf = field(default_factory=lambda: Perf(engine="modern-fp8"))
     # Calibrated to the recompute std (4.8 ms): the wait for the current iteration's end is uniform
     # over it, so std = iteration / sqrt(12); one request of 256K tokens gives a 15.7 ms decode
     # iteration (std 4.5 ms): 5 ms of engine overhead, 4.4 ms of all-reduce latency, the weight

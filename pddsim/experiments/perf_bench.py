@@ -112,7 +112,7 @@ def profile_with(name: str, settings: Sequence[str]) -> catalog.EngineProfile:
     for key in overrides:
         if key not in constants:
             raise InputError(f"--set {key}: not an engine constant (one of {', '.join(sorted(constants))})")
-    return validated(Perf, {"profile": name, **overrides}, "--set").engine()
+    return validated(Perf, {"engine": name, **overrides}, "--set").engine_profile()
 
 
 def roofline_of(profile: catalog.EngineProfile):

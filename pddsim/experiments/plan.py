@@ -217,7 +217,7 @@ def split_axes(cfg: Config, budget: float) -> list[str]:
     for name, cluster in cfg.clusters.items():
         price = gpu_price(cfg, cluster.gpu)
         for i, group in enumerate(cluster.instances):
-            most = 1 + int((budget - floor) // (group.tp * price)) if budget >= floor else 1
+            most = 1 + int((budget - floor) // (group.gpus * price)) if budget >= floor else 1
             vary.append(f"clusters.{name}.instances.{i}.count=1..{most}")
     return vary
 

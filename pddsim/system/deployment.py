@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from pddsim import catalog
-from pddsim.config import Config, LinkConfig, RdmaConfig
+from pddsim.config import Config, InstanceGroup, LinkConfig, RdmaConfig
 from pddsim.engine.daemons import Daemons
 from pddsim.engine.instance import Instance
 from pddsim.engine.network import Fabric, Flow, Link, background_load
@@ -54,16 +54,30 @@ class Deployment:
         return list(self.rdma.values()) + ([self.wan] if self.wan else [])
 
 
-def kv_capacity_tokens(cfg: Config, model: catalog.ModelSpec, gpu: catalog.GpuSpec, tp: int,
-                       where: str) -> int:
-    usable = tp * gpu.hbm_gb * 1e9 * cfg.batching.memory_utilization
-    free = usable - model.weight_bytes
+def kv_capacity_tokens(cfg: Config, model: catalog.ModelSpec, gpu: catalog.GpuSpec,
+                       group: InstanceGroup, engine: catalog.EngineProfile, where: str) -> int:
+    """KV tokens an instance of `group` holds: per attention rank, the HBM the engine gives the
+    KV (its memory rule, less its activation reserve) after the rank's weights (the non-expert
+    ones replicated per rank, the experts spread over all GPUs) and the state kept for each of
+    `max_batch` requests (sliding-window KV, linear-attention state), over the KV bytes a token
+    takes across the rank's GPUs (replicated where TP exceeds the KV heads)."""
+    tp, dp = group.tp, group.dp
+    util = cfg.batching.memory_utilization
+    hbm = tp * gpu.hbm_gb * 1e9
+    weights = model.weight_bytes if dp == 1 else \
+        model.shared_weight_bytes + model.weight_bytes_routed * tp / group.gpus
+    reserve = tp * engine.activation_gb * 1e9
+    free = (hbm * util - weights - reserve if engine.memory_rule == "total"
+            else (hbm - weights - reserve) * util)
+    per_request = model.window_tokens * model.window_kv_bytes_per_token + model.state_bytes
+    free -= per_request * tp / min(tp, model.kv_heads or tp) * cfg.batching.max_batch / dp
     block = cfg.batching.kv_block_tokens
-    tokens = int(free // model.kv_bytes_per_token) // block * block
+    token_bytes = model.kv_bytes_per_token * tp / min(tp, model.kv_heads or tp)
+    tokens = dp * (int(free // token_bytes) // block * block)
     if tokens < block:
         raise InputError(
-            f"{where}: {model.name} weights ({model.weight_bytes / 1e9:.0f} GB) do not fit in "
-            f"{tp} x {gpu.name} ({usable / 1e9:.0f} GB usable) with room for KV cache; raise tp")
+            f"{where}: {model.name} weights ({weights / 1e9:.0f} GB per rank) do not fit in "
+            f"{tp} x {gpu.name} ({hbm * util / 1e9:.0f} GB usable) with room for KV cache; raise tp")
     return tokens
 
 
@@ -129,7 +143,7 @@ def make_fabric(env, name: str, rdma: RdmaConfig, gpu: catalog.GpuSpec,
 
 
 def build(env, cfg: Config, hooks, seed: int) -> Deployment:
-    model = catalog.model(cfg.model)
+    model = cfg.served_model()
     dep = Deployment(model=model, daemons=Daemons(env))
     for cname, cluster in cfg.clusters.items():
         gpu = catalog.gpu(cluster.gpu)
@@ -137,9 +151,10 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
         members = []
         for gi, group in enumerate(cluster.instances):
             where = f"clusters.{cname}.instances.{gi}"
-            capacity = kv_capacity_tokens(cfg, model, gpu, group.tp, where)
+            engine = perf_cfg.engine_profile()
+            capacity = kv_capacity_tokens(cfg, model, gpu, group, engine, where)
             perf = PERF_MODELS[perf_cfg.kind].from_config(model, gpu, group.tp, perf_cfg,
-                                                          Path(cfg.base_dir))
+                                                          Path(cfg.base_dir), group.dp, group.ep)
             cache_tokens, tier = cache_size(cfg, model, cluster, group, capacity, where)
             host = cluster.host_memory if tier == "host" else None
             pool = dep.pools.setdefault(group.role, Pool())
@@ -150,8 +165,9 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
                                      kv_capacity_tokens=capacity, batching=cfg.batching,
                                      cache=PrefixCache(cache_tokens) if cache_tokens else None,
                                      hooks=hooks, host_load=load,
-                                     kv_bytes_per_token=model.kv_bytes_per_token))
-                members.append((pool[-1], group.tp))
+                                     kv_bytes_per_token=model.kv_bytes_per_token,
+                                     scheduler=engine.scheduler, admission=engine.admission))
+                members.append((pool[-1], group.gpus))
         dep.rdma[cname] = make_fabric(env, f"rdma:{cname}", cluster.rdma, gpu, members)
     if cfg.wan is not None and len(cfg.clusters) == 2:
         dep.wan = make_link(env, "wan", cfg.wan, np.random.default_rng([seed, 2]), dep.daemons)
@@ -162,13 +178,14 @@ def check_fits(cfg: Config) -> int:
     """Raise InputError if any instance group cannot hold its model with room for KV, or its
     prefix cache is larger than its memory tier; return the largest KV memory (tokens) of any
     instance: no request longer than that can be served."""
-    model = catalog.model(cfg.model)
+    model = cfg.served_model()
     largest = 0
     for cname, cluster in cfg.clusters.items():
         gpu = catalog.gpu(cluster.gpu)
+        engine = (cluster.perf or cfg.perf).engine_profile()
         for gi, group in enumerate(cluster.instances):
             where = f"clusters.{cname}.instances.{gi}"
-            tokens = kv_capacity_tokens(cfg, model, gpu, group.tp, where)
+            tokens = kv_capacity_tokens(cfg, model, gpu, group, engine, where)
             cache_size(cfg, model, cluster, group, tokens, where)
             largest = max(largest, tokens)
     return largest
