@@ -250,6 +250,14 @@ class EngineProfile(Strict, frozen=True):
         "(weights and activations inside it), or of what weights and activations leave free")
     activation_gb: float = Field(0.0, ge=0, description="HBM per GPU kept for activations, "
                                  "workspaces and captured graphs, GB")
+    # the engine's defaults for a config's `batching` (which overrides them there)
+    token_budget: int = Field(8192, ge=1, description="tokens one iteration may compute")
+    prefill_chunk: int = Field(8192, ge=1, description="largest prefill chunk of one request")
+    max_batch: int = Field(256, ge=1, description="requests in one iteration at most")
+    chunk_packing: Literal["packed", "alone", "whole"] = Field(
+        "packed", description="how prefill chunks share an iteration (config.Batching)")
+    memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM the engine may "
+                                      "use (see memory_rule)")
     fitted_to: str = Field("", description="the measured source the constants are fitted to (a "
                            "prefix of its `source` column); empty: not fitted")
 

@@ -84,12 +84,14 @@ class InstanceGroup(Strict):
 
 
 DEFAULT_ENGINE = "distserve-2024"
+# batching limits an engine profile gives defaults for (set in a config's `batching`)
+ENGINE_BATCHING = ("token_budget", "prefill_chunk", "max_batch", "memory_utilization", "chunk_packing")
 
 # every engine constant can be overridden in `perf`, validated as the catalog validates it
 _OVERRIDES = {name: (f.annotation | None,   # type: ignore[operator]
                      FieldInfo.merge_field_infos(f, default=None, description=f"override: {f.description}"))
               for name, f in catalog.EngineProfile.model_fields.items()
-              if name not in ("name", "fitted_to")}
+              if name not in ("name", "fitted_to", *ENGINE_BATCHING)}    # batching: see Batching
 _EngineOverrides = create_model("_EngineOverrides", __base__=Strict, **_OVERRIDES)  # type: ignore[call-overload]
 
 
@@ -134,19 +136,28 @@ class Cluster(Strict):
 
 
 class Batching(Strict):
-    token_budget: int = Field(8192, ge=1, description="tokens one iteration may compute")
-    prefill_chunk: int = Field(8192, ge=1, description="largest prefill chunk of one request")
-    max_batch: int = Field(256, ge=1, description="requests in one iteration at most")
+    """The engine's batching limits; null takes the serving engine's default (perf.engine)."""
+
+    token_budget: int | None = Field(None, ge=1, description="tokens one iteration may compute")
+    prefill_chunk: int | None = Field(None, ge=1, description="largest prefill chunk of one request")
+    max_batch: int | None = Field(None, ge=1, description="requests in one iteration at most")
     kv_block_tokens: int = Field(16, ge=1, description="paged-KV block size")
-    memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM the server may use")
-    chunk_packing: Literal["packed", "alone", "whole"] = Field(
-        "packed", description="packed: one iteration computes prefill chunks of several requests "
+    memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="share of HBM the server may use (how: the engine's "
+        "memory_rule)")
+    chunk_packing: Literal["packed", "alone", "whole"] | None = Field(
+        None, description="packed: one iteration computes prefill chunks of several requests "
         "up to the token budget; alone: of one request only, so a short tail chunk runs by itself; "
         "whole: whole prompts up to the budget, a prompt split into chunks only when it is first "
         "and does not fit (an engine without chunked prefill)")
     coalesce_decode: bool = Field(
         True, description="advance a batch's identical decode iterations in one step; false steps "
         "one iteration at a time (slower, same results: a check of the optimisation)")
+
+    def under(self, engine: catalog.EngineProfile) -> Batching:
+        """These limits with the engine's defaults where they are null."""
+        return self.model_copy(update={k: getattr(engine, k) for k in ENGINE_BATCHING
+                                       if getattr(self, k) is None})
 
 
 class PrefixCacheConfig(Strict):
@@ -257,6 +268,43 @@ def parse_drift(text: str) -> tuple[np.ndarray, np.ndarray]:
     return fractions, multipliers
 
 
+class BenchmarkSpec(Strict, frozen=True):
+    """Knobs of a fixed-concurrency serving benchmark (the load of vLLM `bench serve
+    --max-concurrency`, SGLang `bench_serving`, aiperf / genai-perf `--concurrency`): `concurrency`
+    clients, each sending its next request `think_s` after its previous one has finished
+    streaming; fixed input and output lengths (optionally jittered), no prefix shared between
+    requests. `warmup` requests go first and are left out of the figures; the measured ones start
+    only once every warm-up request has ended, all clients at once unless `ramp_s` spreads them."""
+
+    concurrency: int = Field(ge=1, description="clients, each with one request in flight")
+    isl: int = Field(ge=1, description="input tokens of every request")
+    osl: int = Field(ge=1, description="output tokens of every request")
+    requests: int | None = Field(None, ge=1, description="measured requests (null: 10 x concurrency)")
+    warmup: int | None = Field(None, ge=0, description="warm-up requests before them (null: 2 x "
+                               "concurrency, as aiperf's benchmark scripts send)")
+    isl_jitter: float = Field(0.0, ge=0, le=1, description="relative standard deviation of the "
+                              "input length (normal, at least one token)")
+    osl_jitter: float = Field(0.0, ge=0, le=1, description="the same for the output length")
+    ramp_s: float = Field(0.0, ge=0, description="the clients of each phase start evenly over "
+                          "this many seconds (0: all at once)")
+    think_s: float = Field(0.0, ge=0, description="a client's pause between a response's end and "
+                           "its next request")
+    block_tokens: int = Field(64, ge=1, description="tokens per prefix-hash block")
+
+    @property
+    def measured(self) -> int:
+        return self.requests if self.requests is not None else 10 * self.concurrency
+
+    @property
+    def warmup_requests(self) -> int:
+        return self.warmup if self.warmup is not None else 2 * self.concurrency
+
+
+class BenchmarkSynthetic(Strict):
+    kind: Literal["benchmark"]
+    knobs: BenchmarkSpec
+
+
 class PoissonSynthetic(Strict):
     kind: Literal["poisson"] = "poisson"
     knobs: PoissonSpec
@@ -272,7 +320,8 @@ def _synthetic_kind(raw: Any) -> str:
 
 
 # `kind` picks the generator and so the knobs' model: field-precise errors for either
-Synthetic = Annotated[Annotated[PoissonSynthetic, Tag("poisson")] | Annotated[AgentSynthetic, Tag("agent")],
+Synthetic = Annotated[Annotated[PoissonSynthetic, Tag("poisson")] | Annotated[AgentSynthetic, Tag("agent")]
+                      | Annotated[BenchmarkSynthetic, Tag("benchmark")],
                       Discriminator(_synthetic_kind)]
 
 
@@ -300,6 +349,10 @@ class WorkloadConfig(Strict):
             raise ValueError("session_start 'poisson' needs session_rate_rps")
         if self.session_start == "concurrent" and self.concurrent_sessions is None:
             raise ValueError("session_start 'concurrent' needs concurrent_sessions")
+        if isinstance(self.synthetic, BenchmarkSynthetic) and (
+                self.replay, self.session_start, self.time_scale) != ("open", "recorded", 1.0):
+            raise ValueError("a benchmark workload issues its own closed-loop load (its "
+                             "concurrency): leave replay, session_start and time_scale unset")
         if self.session_start == "concurrent" and self.replay == "closed" and self.time_scale != 1:
             raise ValueError("time_scale has no effect on closed-loop replay with concurrent "
                              "session starts: the load is concurrent_sessions")

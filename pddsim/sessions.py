@@ -79,7 +79,9 @@ def ideal_service_s(cfg: Config, requests: pd.DataFrame) -> np.ndarray:
     small delta on the WAN beats the whole prompt on RDMA.
     """
     dep = build(simpy.Environment(), cfg, hooks=None, seed=cfg.seed)
-    step = min(cfg.batching.prefill_chunk, cfg.batching.token_budget)
+    batching = cfg.batching.under(cfg.perf.engine_profile())
+    assert batching.prefill_chunk is not None and batching.token_budget is not None
+    step = min(batching.prefill_chunk, batching.token_budget)
     pools = dep.pools
     if "colocated" in pools:
         routes = [(i, i) for i in _distinct(pools["colocated"])]

@@ -187,9 +187,17 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     if checks is not None and faults is not None:
         checks.is_down = faults.is_down
 
+    # the serving front end holds each request this long before the engine sees it
+    frontend_s = cfg.perf.engine_profile().frontend_ms / 1e3
+
     def issue(idx: int) -> None:
-        req = in_flight[idx] = Request(idx, reqs[idx], env.now, log=timeline is not None)
-        dispatch(req)
+        if not frontend_s:
+            req = in_flight[idx] = Request(idx, reqs[idx], env.now, log=timeline is not None)
+            dispatch(req)
+            return
+        req = in_flight[idx] = Request(idx, reqs[idx], env.now, log=timeline is not None,
+                                       stage="frontend")
+        env.timeout(frontend_s).callbacks.append(lambda _e: dispatch(req))
 
     replay = Replay(env, workload, cfg.workload, np.random.default_rng([seed, 3]), issue)
     replay.start()
@@ -216,9 +224,16 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     instances = instances.join(sampler.instance_utilization() if sampler is not None
                                else pd.DataFrame(columns=list(INSTANCE_UTILIZATION)), on="instance")
     sessions = session_table(cfg, workload, df)
-    summary = summarize(df, instances, system=cfg.name, sim_duration_s=env.now,
+    # a benchmark's warm-up requests are left out of its figures, which cover its measured phase
+    measured, span = df, env.now
+    if workload.warmup:
+        df["warmup"] = df["request"].to_numpy() < workload.warmup
+        measured = df[~df["warmup"]].reset_index(drop=True)
+        span = env.now - float(measured["arrival_s"].min())
+    summary = summarize(measured, instances, system=cfg.name, sim_duration_s=span,
                         cost_per_hour=cost_per_hour(cfg), wall_s=time.perf_counter() - wall0)
-    summary.update(revenue_summary(df, cfg, env.now, summary["cost_per_hour"]))
+    summary["warmup_requests"] = workload.warmup
+    summary.update(revenue_summary(measured, cfg, span, summary["cost_per_hour"]))
     summary.update(utilization_summary(instances, links))
     summary.update(session_summary(sessions))
     if faults is not None:

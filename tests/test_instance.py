@@ -6,6 +6,7 @@ import pytest
 import simpy
 
 from pddsim import catalog
+from pddsim.config import DEFAULT_ENGINE
 from pddsim.engine.instance import Instance
 from pddsim.engine.perf import LinearRun
 from pddsim.engine.request import Request
@@ -159,7 +160,8 @@ def test_work_arriving_on_a_boundary_joins_there(make_config, arrival):
     env = simpy.Environment()
     hooks = _Finishes(env)
     inst = Instance(env, "d", "decode", "a", perf=_QuarterSecond(), kv_capacity_tokens=10**6,
-                    batching=make_config().batching, cache=None, hooks=hooks)
+                    batching=make_config().batching.under(catalog.engine(DEFAULT_ENGINE)), cache=None,
+                    hooks=hooks)
     a = Request(0, TraceRequest(arrival_s=0.0, input_tokens=100, output_tokens=10), 0.0)
     inst.submit(a, prefill=0, decode=10, context=100)
     b = Request(1, TraceRequest(arrival_s=arrival, input_tokens=50, output_tokens=3), arrival)

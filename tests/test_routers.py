@@ -62,7 +62,8 @@ def test_a_decoder_shows_the_iterations_of_its_decode_run_under_way(tmp_path, ma
         cfg = make_config(batching={"coalesce_decode": coalesce})
         env = simpy.Environment()
         inst = Instance(env, "d", "decode", "a", perf=MeasuredTable(tmp_path / "perf.csv"),
-                        kv_capacity_tokens=10**6, batching=cfg.batching, cache=None, hooks=Ignore())
+                        kv_capacity_tokens=10**6, batching=cfg.batching.under(cfg.perf.engine_profile()),
+                        cache=None, hooks=Ignore())
         for i, (context, out) in enumerate(((1000, 400), (3000, 250))):
             req = Request(i, TraceRequest(arrival_s=0.0, input_tokens=context, output_tokens=out), 0.0)
             inst.submit(req, prefill=0, decode=out, context=context)

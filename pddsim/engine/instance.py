@@ -30,7 +30,7 @@ from bisect import bisect_right
 from collections import deque
 from functools import partial
 from math import inf, nextafter
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import simpy
 from simpy.events import URGENT
@@ -40,6 +40,9 @@ from pddsim.engine.perf import LinearRun
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.engine.request import Request
 from pddsim.intmath import ceil_div
+
+if TYPE_CHECKING:   # the engine reads a config's batching limits; it needs no config code
+    from pddsim.config import Batching
 
 
 class _Urgent(simpy.Event):
@@ -76,7 +79,7 @@ class Instance:
     )
 
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
-                 kv_capacity_tokens: int, batching, cache: PrefixCache | None, hooks,
+                 kv_capacity_tokens: int, batching: Batching, cache: PrefixCache | None, hooks,
                  host_load: Link | None = None, kv_bytes_per_token: float = 0.0,
                  scheduler: str = "mixed", admission: str = "optimistic"):
         """`host_load` is None for a cache in HBM; for one in host memory, the link its hits are
@@ -92,6 +95,8 @@ class Instance:
         self.perf = perf
         self.capacity = kv_capacity_tokens
         self.block = batching.kv_block_tokens
+        assert batching.token_budget and batching.prefill_chunk and batching.max_batch, \
+            "batching limits resolved under the engine (Batching.under)"
         self.token_budget = batching.token_budget
         self.chunk = batching.prefill_chunk
         self.pack_chunks = batching.chunk_packing != "alone"

@@ -34,6 +34,7 @@ class Route(str, Enum):
 
 
 STAGES = (
+    "frontend",        # in the serving front end before the engine sees it (HTTP, tokenisation)
     "prefill_queue",   # waiting for a prefill-side instance to admit it (batch slots, KV memory)
     "prefill",         # prompt computation (chunked, possibly over several iterations)
     "kv_rdma",         # prompt KV crossing the cluster fabric to the instance that will stream
@@ -68,7 +69,8 @@ class Request:
         "retries",
     )
 
-    def __init__(self, idx: int, trace: TraceRequest, arrival_s: float, log: bool = False):
+    def __init__(self, idx: int, trace: TraceRequest, arrival_s: float, log: bool = False,
+                 stage: str = "prefill_queue"):
         self.idx = idx
         self.trace = trace
         self.arrival_s = arrival_s
@@ -105,11 +107,11 @@ class Request:
         self.inst: Instance | None = None
         self.decoding = False
         self.state: Any = None                # whatever the pipeline keeps for it
-        self.stage = "prefill_queue"
+        self.stage = stage
         self.stage_s = arrival_s
         self.stages = array("d", NO_TIME)     # seconds per stage, in STAGES order (no float objects)
         self.ttft_stages: array | None = None
-        self.log = [("prefill_queue", arrival_s)] if log else None
+        self.log = [(stage, arrival_s)] if log else None
         self.retries = 0
 
     def retried(self, now: float) -> Request:

@@ -62,7 +62,9 @@ def kv_capacity_tokens(cfg: Config, model: catalog.ModelSpec, gpu: catalog.GpuSp
     `max_batch` requests (sliding-window KV, linear-attention state), over the KV bytes a token
     takes across the rank's GPUs (replicated where TP exceeds the KV heads)."""
     tp, dp = group.tp, group.dp
-    util = cfg.batching.memory_utilization
+    batching = cfg.batching.under(engine)
+    assert batching.memory_utilization is not None and batching.max_batch is not None
+    util = batching.memory_utilization
     hbm = tp * gpu.hbm_gb * 1e9
     weights = model.weight_bytes if dp == 1 else \
         model.shared_weight_bytes + model.weight_bytes_routed * tp / group.gpus
@@ -70,7 +72,7 @@ def kv_capacity_tokens(cfg: Config, model: catalog.ModelSpec, gpu: catalog.GpuSp
     free = (hbm * util - weights - reserve if engine.memory_rule == "total"
             else (hbm - weights - reserve) * util)
     per_request = model.window_tokens * model.window_kv_bytes_per_token + model.state_bytes
-    free -= per_request * tp / min(tp, model.kv_heads or tp) * cfg.batching.max_batch / dp
+    free -= per_request * tp / min(tp, model.kv_heads or tp) * batching.max_batch / dp
     block = cfg.batching.kv_block_tokens
     token_bytes = model.kv_bytes_per_token * tp / min(tp, model.kv_heads or tp)
     tokens = dp * (int(free // token_bytes) // block * block)
@@ -162,7 +164,7 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
                 name = f"{cname}/{group.role}{len(pool)}"
                 load = None if host is None else Link(env, f"host:{name}", host.load_gb_per_s * 1e9, 0.0)
                 pool.append(Instance(env, name, group.role, cname, perf=perf,
-                                     kv_capacity_tokens=capacity, batching=cfg.batching,
+                                     kv_capacity_tokens=capacity, batching=cfg.batching.under(engine),
                                      cache=PrefixCache(cache_tokens) if cache_tokens else None,
                                      hooks=hooks, host_load=load,
                                      kv_bytes_per_token=model.kv_bytes_per_token,

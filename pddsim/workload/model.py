@@ -30,14 +30,34 @@ class TraceRequest:
     follows: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class Clients:
+    """A fixed-concurrency benchmark's load: `concurrency` clients issue the requests in order,
+    each its next one `think_s` after its previous one ended; the first `warmup` are a phase of
+    their own (left out of the figures), the rest start once all of them have ended; each
+    phase's clients start evenly over `ramp_s`."""
+
+    concurrency: int
+    warmup: int = 0
+    ramp_s: float = 0.0
+    think_s: float = 0.0
+
+
 @dataclass(slots=True)
 class Workload:
-    """Requests sorted by arrival; a session's requests appear in their order within the session."""
+    """Requests sorted by arrival; a session's requests appear in their order within the session.
+    A benchmark's requests carry no arrivals: its `clients` issue them."""
 
     requests: list[TraceRequest]
     source: str = "synthetic"
     sessions: int = 0
     extra: dict = field(default_factory=dict)
+    clients: Clients | None = None
+
+    @property
+    def warmup(self) -> int:
+        """Requests issued first and left out of the run's figures."""
+        return self.clients.warmup if self.clients is not None else 0
 
     def __len__(self) -> int:
         return len(self.requests)

@@ -6,6 +6,9 @@ Sessions start as recorded, as a Poisson process, or to keep a given number in f
 is the load factor: sessions start that many times as often (recorded starts divided by it, a Poisson
 start rate multiplied by it); open loop also plays each session that much faster, while closed loop
 keeps a session's think times, which belong to the agent, not to the load.
+
+A benchmark's workload brings its own load (`Workload.clients`): a pool of clients issuing its
+requests in order, a warm-up phase first, the measured phase once the warm-up has drained.
 """
 from __future__ import annotations
 
@@ -29,6 +32,9 @@ class Replay:
         self.rng = rng
         self.issue_at_now = issue
         self.closed = wcfg.replay == "closed"
+        self.clients = workload.clients
+        self.issued = 0                       # benchmark: requests its clients have issued
+        self.phase_end = 0                    # and the end of the phase they are issuing
         self.ended = 0
         self.all_ended = env.event()
         # sessions in order of first appearance; a request without a session is its own. Held as
@@ -56,6 +62,9 @@ class Replay:
     def start(self) -> None:
         if not self.reqs:
             self.all_ended.succeed()
+            return
+        if self.clients is not None:
+            self._start_phase(self.clients.warmup or len(self.reqs))
             return
         start = self.cfg.session_start
         if start == "concurrent":
@@ -114,7 +123,31 @@ class Replay:
         order = np.argsort(offsets, kind="stable")
         self._at_times(self.env.now + offsets[order], np.array(roots)[order], self.issue_at_now)
 
+    def _start_phase(self, end: int) -> None:
+        """A benchmark phase begins: its clients start, evenly over the ramp, each issuing the
+        next request in order until the phase's requests are all issued."""
+        assert self.clients is not None
+        self.phase_end = end
+        count = min(self.clients.concurrency, end - self.issued)
+        starts = self.env.now + np.arange(count) * (self.clients.ramp_s / count)
+        self._at_times(starts, np.zeros(count, dtype=np.int64), self._client_next)
+
+    def _client_next(self, _item=None) -> None:
+        """A client is free: it issues the phase's next request, if one is left."""
+        if self.issued < self.phase_end:
+            self.issued += 1
+            self.issue_at_now(self.issued - 1)
+
     def request_ended(self, idx: int) -> None:
+        if self.clients is not None:
+            self.ended += 1
+            if self.ended == len(self.reqs):
+                self.all_ended.succeed()
+            elif self.ended == self.phase_end:        # the warm-up has drained
+                self._start_phase(len(self.reqs))
+            else:
+                self.env.timeout(self.clients.think_s).callbacks.append(self._client_next)
+            return
         self.ended += 1
         for child in self.children.pop(idx, ()):
             self.env.timeout(self.reqs[child].think_s).callbacks.append(partial(self._issue, child))

@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from pddsim.config import AgentSpec, AgentSynthetic, PoissonSpec, Synthetic, parse_drift
+from pddsim.config import (
+    AgentSpec,
+    AgentSynthetic,
+    BenchmarkSpec,
+    BenchmarkSynthetic,
+    PoissonSpec,
+    Synthetic,
+    parse_drift,
+)
 from pddsim.intmath import ceil_div
-from pddsim.workload.model import TraceRequest, Workload
+from pddsim.workload.model import Clients, TraceRequest, Workload
 
 
 def _lognormal(rng: np.random.Generator, mean: float, sigma: float, size: int) -> np.ndarray:
@@ -128,9 +136,33 @@ def agent_workload(spec: AgentSpec, seed: int) -> Workload:
                     extra={"generator": "agent", "seed": seed, "spec": spec.model_dump()})
 
 
+def benchmark(spec: BenchmarkSpec, seed: int) -> Workload:
+    """A fixed-concurrency serving benchmark (see `BenchmarkSpec`): warm-up then measured
+    requests, each a prompt of its own (no block shared with another request)."""
+    n = spec.warmup_requests + spec.measured
+    rng = np.random.default_rng(seed)
+
+    def lengths(mean: int, jitter: float) -> list[int]:
+        if not jitter:
+            return [mean] * n
+        return _tokens(rng.normal(mean, jitter * mean, n)).tolist()
+    inputs, outputs = lengths(spec.isl, spec.isl_jitter), lengths(spec.osl, spec.osl_jitter)
+    bt = spec.block_tokens
+    blocks = [ceil_div(i, bt) for i in inputs]
+    first = np.cumsum([0] + blocks[:-1]).tolist()
+    requests = [TraceRequest(arrival_s=0.0, input_tokens=i, output_tokens=o,
+                             hash_ids=tuple(range(f, f + b)), block_tokens=bt)
+                for i, o, f, b in zip(inputs, outputs, first, blocks)]
+    return Workload(requests, source=f"benchmark(seed={seed})",
+                    extra={"generator": "benchmark", "seed": seed, "spec": spec.model_dump()},
+                    clients=Clients(spec.concurrency, spec.warmup_requests, spec.ramp_s, spec.think_s))
+
+
 def generate(synthetic: Synthetic, seed: int) -> Workload:
     """The workload a config's `workload.synthetic` describes."""
     if isinstance(synthetic, AgentSynthetic):
         return agent_workload(synthetic.knobs, seed)
+    if isinstance(synthetic, BenchmarkSynthetic):
+        return benchmark(synthetic.knobs, seed)
     return poisson(synthetic.knobs, seed)
 
