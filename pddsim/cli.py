@@ -337,6 +337,22 @@ def cmd_bench_perf(args) -> int:
     return 0
 
 
+def cmd_bench_serve(args) -> int:
+    from pddsim.experiments.serve_bench import cases, engine_overrides, format_report, read_rows, summarise
+    rows = read_rows(Path(args.against))
+    if args.limit:
+        rows = rows.iloc[:args.limit]
+    overrides = engine_overrides(args.set or [])
+    with _backend(args) as backend, _progress(len(rows), args.quiet) as bar:
+        table = cases(rows, backend, args.engine, overrides, args.rounds, args.simulated_rounds,
+                      on_done=lambda _i, _r: bar.update(1))
+    if args.cases:
+        table.to_csv(args.cases, index=False)
+    summary = summarise(table)
+    print(_json(summary) if args.json else format_report(summary))
+    return 0
+
+
 def cmd_perf_import(args) -> int:
     from pddsim.engine.perf_import import import_table
     prov = import_table(args.source, [Path(f) for f in args.files], Path(args.out), model=args.model,
@@ -391,13 +407,14 @@ def _add_config_args(p, *, trace=True):
         p.add_argument("--trace", metavar="PATH", help="replay this trace instead of the config's")
 
 
-def _add_backend_args(p):
+def _add_backend_args(p, cache: bool = True):
     p.add_argument("--backend", choices=("processes", "ray"), default="processes",
                    help="local worker processes (default) or a Ray cluster")
     p.add_argument("--address", metavar="HOST:PORT", help="Ray cluster (default: start a local one)")
     p.add_argument("--jobs", type=int, metavar="N",
                    help="local workers (default: one per CPU; 1 runs in this process)")
-    p.add_argument("--cache", metavar="DIR", help="keep finished points here and reuse them (resume)")
+    if cache:
+        p.add_argument("--cache", metavar="DIR", help="keep finished points here and reuse them (resume)")
 
 
 def parser() -> Parser:
@@ -537,6 +554,26 @@ def parser() -> Parser:
     bp.add_argument("--cases", metavar="FILE", help="write predicted vs measured per case (CSV)")
     bp.add_argument("--json", action="store_true")
     bp.set_defaults(func=cmd_bench_perf)
+
+    bs = bsub.add_parser("serve", help="predicted vs measured serving benchmarks of real engines "
+                         "(aiconfigurator silicon-sample CSV): mean TTFT and TPOT error by group")
+    bs.add_argument("--against", required=True, metavar="FILE.csv",
+                    help="measured benchmarks in the aiconfigurator silicon-sample format")
+    bs.add_argument("--engine", metavar="NAME",
+                    help="replay every row under this engine (default: the engine named like each "
+                    "row's backend)")
+    bs.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                    help="set an engine constant for every row, e.g. frontend_ms=20 (repeatable)")
+    bs.add_argument("--rounds", type=int, default=50, metavar="R",
+                    help="measured requests per client in the benchmark that produced the rows (50)")
+    bs.add_argument("--simulated-rounds", type=int, default=8, metavar="K",
+                    help="rounds simulated; later ones repeat the last steady ones (8)")
+    bs.add_argument("--limit", type=int, metavar="N", help="only the first N rows")
+    bs.add_argument("--cases", metavar="OUT.csv", help="write every row with its prediction")
+    bs.add_argument("--json", action="store_true")
+    bs.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_backend_args(bs, cache=False)
+    bs.set_defaults(func=cmd_bench_serve)
 
     tub = sub.add_parser("bathtub", help="throughput vs prefix hit rate at a fixed context "
                          "length and load, per chunk-packing policy")

@@ -71,6 +71,8 @@ class InstanceGroup(Strict):
                     "has tp x dp GPUs")
     ep: int = Field(1, ge=1, description="MoE: expert-parallel degree (the routed experts spread "
                     "over ep groups of tp x dp / ep GPUs, tensor-parallel within a group)")
+    max_batch: int | None = Field(None, ge=1, description="requests in one iteration at most, "
+                                  "for this group (null: batching.max_batch)")
 
     @model_validator(mode="after")
     def _layout(self):

@@ -6,6 +6,7 @@ import pytest
 from pddsim import catalog
 from pddsim.engine.perf import LinearRun, MeasuredTable, Roofline
 
+
 def bare(name: str) -> catalog.ModelSpec:
     """A catalog model without its LM head and KV heads told apart: the hand computations below
     count every active parameter for every token and split the KV over any TP (those two are
@@ -301,3 +302,110 @@ def test_a_zero_floor_changes_nothing_and_a_floored_run_matches_its_iterations()
             m = run.cut(t)
             assert run.elapsed(m) >= t or m == k
             assert m == 1 or run.elapsed(m - 1) < t
+
+
+# -- serving engines' costs and parallel layouts ---------------------------------------------------
+
+def test_lm_head_is_computed_for_sampled_tokens_and_the_embedding_is_a_lookup():
+    """Llama-3.1-70B: 128,256 x 8,192 per matrix; a prefill of T tokens of one request runs the
+    head once, a decode of n requests n times; the input embedding is gathered, never read whole."""
+    full = catalog.model("llama-3.1-70b")
+    head = 128_256 * 8_192
+    p = roofline(model=full)
+    t = 8192
+    assert p.iteration(t, 0, 0, requests=1) == pytest.approx(
+        (2 * (70.6e9 - 2 * head) * t + 2 * head) / 989.4e12)
+    assert p.weights_read_s(1) * 3.35e12 == pytest.approx((70.6e9 - head) * 2)
+    assert p.iteration(64, 0, 0, requests=64) < roofline().iteration(64, 0, 0, requests=64)
+
+
+def test_kv_is_replicated_past_the_kv_heads_and_split_by_attention_data_parallelism():
+    mla = catalog.model("deepseek-v3")                       # one latent head
+    one, eight = Roofline(mla, H100, 1, IDEAL), Roofline(mla, H100, 8, IDEAL)
+    assert eight.s_per_kv_token == one.s_per_kv_token         # each of 8 GPUs reads it all
+    dp = Roofline(mla, H100, 1, IDEAL, dp=8, ep=8)
+    assert dp.s_per_kv_token == pytest.approx(one.s_per_kv_token / 8)   # each rank its own
+    # the non-expert weights are replicated per rank, the experts spread over all GPUs
+    assert dp.shared_s == pytest.approx(one.shared_s) and dp.routed_s == pytest.approx(eight.routed_s)
+    gqa = catalog.model("llama-3.1-70b")                     # 8 KV heads
+    assert Roofline(gqa, H100, 16, IDEAL).s_per_kv_token == pytest.approx(
+        Roofline(gqa, H100, 8, IDEAL).s_per_kv_token)
+
+
+def test_grouped_gemms_pay_a_fixed_cost_per_touched_expert():
+    """With expert_tokens_half m, a compute-bound MoE iteration costs m tokens' worth more per
+    expert it touches: half the efficiency at m tokens per expert."""
+    qwen = bare("qwen3-235b-a22b")
+    routed_active = 22e9 - qwen.shared_params
+    plain = roofline(1, model=qwen)                        # one GPU: no all-reduces
+    grouped = roofline(1, model=qwen, grouped_gemm=0.5, expert_tokens_half=64)
+    t = 65536                                              # every expert touched
+    dense_part = 2 * (qwen.shared_params) * t / 989.4e12
+    routed_part = 2 * (routed_active * t + 64 * qwen.routed_params) / (989.4e12 * 0.5)
+    assert grouped.iteration(t, 0, 0) == pytest.approx(dense_part + routed_part, rel=1e-6)
+    assert plain.iteration(t, 0, 0) == pytest.approx(2 * 22e9 * t / 989.4e12)
+
+
+def test_expert_parallel_all_to_alls():
+    """A dispatch and a combine per MoE layer: each GPU sends its tokens' k hidden vectors (BF16),
+    (ep-1)/ep of them to other GPUs, over NVLink at 450 GB/s each way, plus a latency each."""
+    dsv3 = bare("deepseek-v3")
+    base = roofline(8, model=dsv3)
+    ep = Roofline(dsv3, H100, 8, IDEAL.model_copy(update={"alltoall_us": 20}), ep=8)
+    t = 1024
+    payload = 2 * 58 * t * 8 * 7168 * 2 * (7 / 8) / 8 / 450e9
+    assert ep.iteration(t, 0, 0) - base.iteration(t, 0, 0) == pytest.approx(payload + 2 * 58 * 20e-6)
+
+
+def test_overlapped_cpu_work_bounds_the_iteration_instead_of_adding():
+    added = roofline(8, overhead_ms=3, seq_us=50)
+    overlapped = roofline(8, overhead_ms=3, seq_us=50, overlap=True)
+    gpu = roofline(8).iteration(64, 64 * 1000, 64 * 1000, 64 * 1000)
+    cpu = 3e-3 + 64 * 50e-6
+    assert added.iteration(64, 64 * 1000, 64 * 1000, 64 * 1000) == pytest.approx(gpu + cpu)
+    assert overlapped.iteration(64, 64 * 1000, 64 * 1000, 64 * 1000) == pytest.approx(max(gpu, cpu))
+    for p in (added, overlapped):
+        run = p.decode_run(64, 64 * 1000, 20)
+        singles = [p.iteration(64, 64 * (1000 + i), 64 * (1000 + i), 64 * (1000 + i)) for i in range(20)]
+        assert run.total_s == pytest.approx(sum(singles))
+
+
+def test_the_front_end_paces_an_iteration_of_many_streams():
+    p = roofline(8, stream_us=100)
+    assert p.iteration(512, 512 * 100, 512 * 100, 512 * 100) == pytest.approx(512 * 100e-6)
+    assert p.iteration(1, 100, 100, 100) == pytest.approx(roofline(8).iteration(1, 100, 100, 100))
+    assert p.decode_run(512, 512 * 100, 10).total_s == pytest.approx(10 * 512 * 100e-6)
+
+
+def test_captured_decode_graphs_skip_the_launch_floor_but_mixed_iterations_pay_it():
+    p = roofline(8, overhead_ms=1, host_layer_us=100, graph_max_batch=32)
+    floor = 80 * 100e-6 + 1e-3
+    assert p.iteration(16, 16 * 100, 16 * 100, 16 * 100) < floor                  # captured
+    assert p.iteration(64, 64 * 100, 64 * 100, 64 * 100) == pytest.approx(floor)  # too large
+    assert p.iteration(17, 16 * 100 + 1, 16 * 100, 16 * 100) == pytest.approx(floor)   # mixed
+    assert p.decode_run(16, 1600, 5).total_s < 5 * floor
+    assert p.decode_run(64, 6400, 5).total_s == pytest.approx(5 * floor)
+
+
+def test_per_request_state_is_read_every_iteration():
+    """A linear-attention state of S bytes per request is read and written each iteration; a
+    sliding window's KV is read for at most its window."""
+    qwen35 = catalog.model("qwen3.5-397b-a17b")
+    p = Roofline(qwen35, H100, 8, IDEAL)
+    assert p.s_per_request == pytest.approx(2 * qwen35.state_bytes / 8 / 3.35e12)
+    oss = catalog.model("gpt-oss-120b")
+    q = Roofline(oss, H100, 1, IDEAL)
+    assert q.s_per_request == pytest.approx(128 * oss.window_kv_bytes_per_token / 3.35e12)
+
+
+def test_served_dtypes_set_the_bytes():
+    llama = catalog.model("llama-3.1-70b")
+    fp8 = llama.served(weights="fp8", kv="fp8")
+    assert fp8.kv_bytes_per_token == llama.kv_bytes_per_token / 2
+    assert fp8.weight_bytes == pytest.approx(70.6e9)
+    dsv3 = catalog.model("deepseek-v3").served(experts="fp4")
+    assert dsv3.weight_bytes == pytest.approx(17e9 + 654e9 * 0.5625)
+    assert dsv3.weight_dtype == "fp8" and dsv3.routed_dtype == "fp4"
+    # FP4 multiplies in FP4 on a chip with FP4 units, at 16 bits on one without
+    assert catalog.gpu("b200").peak_tflops("fp4") == catalog.gpu("b200").fp4_tflops
+    assert catalog.gpu("h100-sxm").peak_tflops("fp4") == catalog.gpu("h100-sxm").bf16_tflops

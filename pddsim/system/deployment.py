@@ -62,7 +62,7 @@ def kv_capacity_tokens(cfg: Config, model: catalog.ModelSpec, gpu: catalog.GpuSp
     `max_batch` requests (sliding-window KV, linear-attention state), over the KV bytes a token
     takes across the rank's GPUs (replicated where TP exceeds the KV heads)."""
     tp, dp = group.tp, group.dp
-    batching = cfg.batching.under(engine)
+    batching = group_batching(cfg, group, engine)
     assert batching.memory_utilization is not None and batching.max_batch is not None
     util = batching.memory_utilization
     hbm = tp * gpu.hbm_gb * 1e9
@@ -81,6 +81,14 @@ def kv_capacity_tokens(cfg: Config, model: catalog.ModelSpec, gpu: catalog.GpuSp
             f"{where}: {model.name} weights ({weights / 1e9:.0f} GB per rank) do not fit in "
             f"{tp} x {gpu.name} ({hbm * util / 1e9:.0f} GB usable) with room for KV cache; raise tp")
     return tokens
+
+
+def group_batching(cfg: Config, group: InstanceGroup, engine: catalog.EngineProfile):
+    """The batching limits of `group`'s instances: the config's, the engine's where it leaves
+    them null, the group's own batch cap if it has one."""
+    batching = cfg.batching.under(engine)
+    return batching if group.max_batch is None else batching.model_copy(
+        update={"max_batch": group.max_batch})
 
 
 def cache_size(cfg: Config, model: catalog.ModelSpec, cluster, group, kv_tokens: int,
@@ -164,7 +172,8 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
                 name = f"{cname}/{group.role}{len(pool)}"
                 load = None if host is None else Link(env, f"host:{name}", host.load_gb_per_s * 1e9, 0.0)
                 pool.append(Instance(env, name, group.role, cname, perf=perf,
-                                     kv_capacity_tokens=capacity, batching=cfg.batching.under(engine),
+                                     kv_capacity_tokens=capacity,
+                                     batching=group_batching(cfg, group, engine),
                                      cache=PrefixCache(cache_tokens) if cache_tokens else None,
                                      hooks=hooks, host_load=load,
                                      kv_bytes_per_token=model.kv_bytes_per_token,

@@ -130,11 +130,12 @@ class Replay:
         self.phase_end = end
         count = min(self.clients.concurrency, end - self.issued)
         starts = self.env.now + np.arange(count) * (self.clients.ramp_s / count)
-        self._at_times(starts, np.zeros(count, dtype=np.int64), self._client_next)
+        self._at_times(starts, np.full(count, end, dtype=np.int64), self._client_next)
 
-    def _client_next(self, _item=None) -> None:
-        """A client is free: it issues the phase's next request, if one is left."""
-        if self.issued < self.phase_end:
+    def _client_next(self, phase_end: int, _event=None) -> None:
+        """A client of the phase ending at `phase_end` is free: it issues the phase's next
+        request, if one is left (a client of a finished phase issues nothing)."""
+        if self.issued < phase_end == self.phase_end:
             self.issued += 1
             self.issue_at_now(self.issued - 1)
 
@@ -146,7 +147,8 @@ class Replay:
             elif self.ended == self.phase_end:        # the warm-up has drained
                 self._start_phase(len(self.reqs))
             else:
-                self.env.timeout(self.clients.think_s).callbacks.append(self._client_next)
+                self.env.timeout(self.clients.think_s).callbacks.append(
+                    partial(self._client_next, self.phase_end))
             return
         self.ended += 1
         for child in self.children.pop(idx, ()):

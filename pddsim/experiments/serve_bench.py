@@ -1,0 +1,320 @@
+"""Whole serving benchmarks of real engines, replayed: `pddsim bench serve --against FILE.csv`.
+
+The measured file is in the format of NVIDIA aiconfigurator's silicon sample (its own column names):
+one row per deployment of a model on a GPU type by an engine (`backend`), aggregated (`agg`: one
+worker serving prefill and decode) or disaggregated (`disagg`: prefill and decode workers), with
+its parallel layout (tensor, attention data and expert parallelism), its quantisation, and the
+benchmark that measured it: `silicon_concurrency=N` clients inside `silicon_data_source`, fixed
+input and output lengths (`isl`, `osl`), the mean TTFT and TPOT measured.
+
+Each row the catalogs can represent becomes a scenario (`scenario`) and is replayed as the
+benchmark that produced it: N closed-loop clients (`workload.synthetic.kind: benchmark`), a
+warm-up of 2N requests drained before the measured phase, which then starts with every client at
+once, as aiperf's benchmark scripts run it. The measured phase is `rounds` x N requests; the
+first `simulated_rounds` are simulated and the rest take the mean of the last steady ones (the
+load repeats itself by then; `tests/test_serve_bench.py` checks the shortcut against a full
+replay). Rows that cannot be represented are counted by reason, never dropped.
+
+The report gives the median absolute % error and the median predicted/measured ratio of mean TTFT
+and mean TPOT, overall and by model, GPU, backend, agg/disagg and concurrency band, beside the
+noise floor of the rows measured more than once.
+"""
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pddsim import catalog
+from pddsim.config import Config, from_dict
+from pddsim.errors import InputError
+
+# the source's names for what the catalogs call otherwise
+MODELS = {
+    "meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b", "meta-llama/Llama-3.1-8B": "llama-3.1-8b",
+    "deepseek-ai/DeepSeek-V3": "deepseek-v3", "deepseek-ai/DeepSeek-R1": "deepseek-v3",
+    "nvidia/DeepSeek-R1-NVFP4": "deepseek-v3", "nvidia/DeepSeek-V3.1-NVFP4": "deepseek-v3",
+    "deepseek-ai/DeepSeek-V3.1": "deepseek-v3", "nvidia/DeepSeek-R1-FP4": "deepseek-v3",
+    "Qwen/Qwen3-32B": "qwen3-32b", "nvidia/Qwen3-32B-NVFP4": "qwen3-32b", "Qwen/Qwen3-32B-FP8": "qwen3-32b",
+    "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b", "openai/gpt-oss-120b": "gpt-oss-120b",
+    "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5", "zhipuai/GLM-5": "glm-5", "zai-org/GLM-5": "glm-5",
+    "moonshotai/Kimi-K2.5": "kimi-k2.5",
+}
+SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300",
+           "gb200": "gb200", "gb300": "gb300", "a100_sxm": "a100-80gb"}
+QUANT = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "mxfp4": "fp4", "w4a16": "int4",
+         "int4": "int4", "int4_wo": "int4", "bf16": "bf16", "fp16": "fp16", "float16": "fp16"}
+REQUIRED = ("model_path", "system", "backend", "mode", "isl", "osl", "silicon_data_source",
+            "silicon_ttft_ms", "silicon_tpot_ms")
+LAYOUT = ("num_workers", "batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size",
+          "moe_ep_size")
+BANDS = ((1, 8, "1-8"), (9, 64, "9-64"), (65, 10**9, "65+"))
+GROUPS = ("model", "gpu", "backend", "mode", "band")
+ROUNDS = 50            # measured requests per client (aiconfigurator's benchmark: 50 x concurrency)
+SIMULATED_ROUNDS = 8
+
+
+def read_rows(path) -> pd.DataFrame:
+    """The file's rows with the columns a replay needs, checked: a missing column or a line with
+    another number of fields than the header is one error naming the file (and line)."""
+    try:
+        with open(path, newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                raise InputError(f"{path}: empty file")
+            missing = [c for c in REQUIRED if c not in header]
+            if missing:
+                raise InputError(f"{path}: missing column(s) {', '.join(missing)} (an aiconfigurator "
+                                 "silicon-sample file has them)")
+            rows = []
+            for line, fields in enumerate(reader, start=2):
+                if len(fields) != len(header):
+                    raise InputError(f"{path}:{line}: {len(fields)} fields, the header has {len(header)}")
+                rows.append(fields)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    df = pd.DataFrame(rows, columns=header)
+    df.insert(0, "line", np.arange(2, len(df) + 2))
+    return df
+
+
+def _number(row: dict, key: str) -> float | None:
+    text = str(row.get(key, "") or "").strip()
+    if not text or text.lower() == "nan":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{key}={text!r} is not a number") from None
+    return value if np.isfinite(value) else None
+
+
+def _layout(row: dict, prefix: str, model: catalog.ModelSpec) -> dict:
+    """A worker's layout: `tp` GPUs per attention rank, `dp` ranks, experts over `ep` (0 or
+    blank: 1), and its batch cap (the source gives it per attention rank).
+
+    An MLA model (one KV head) recorded at a tensor parallelism past one node (`tp_size` > 8,
+    no attention DP) is read as attention data parallelism over those GPUs with the experts
+    spread over all of them (wide EP), its batch cap the worker's: tensor-parallel MLA would
+    replicate the latent KV on every GPU, and the source's batch sizes equal its concurrency
+    there."""
+    get = {k: _number(row, prefix + k) for k in LAYOUT}
+    tp, dp = int(get["tp_size"] or 1), int(get["attention_dp_size"] or 1)
+    ep = int(get["moe_ep_size"] or 1)
+    moe_tp = int(get["moe_tp_size"] or 1)
+    if (get["pp_size"] or 1) > 1:
+        raise _Skip("pipeline parallelism is not modelled")
+    if (get["moe_ep_size"] or get["moe_tp_size"]) and moe_tp * ep != tp * dp:
+        raise _Skip("MoE layout does not cover the worker's GPUs (moe_tp x moe_ep != tp x dp)")
+    batch = int(get["batch_size"] or 0) * dp
+    if model.kv_heads == 1 and tp > 8 and dp == 1:
+        tp, dp, ep, batch = 1, tp, tp, int(get["batch_size"] or 0)
+    out = {"tp": tp, "dp": dp, "ep": ep if model.experts else 1, "count": int(get["num_workers"] or 1)}
+    if batch:
+        out["max_batch"] = batch
+    return out
+
+
+class _Skip(Exception):
+    """A row the simulator cannot represent, with the reason it is counted under."""
+
+
+def concurrency(row: dict) -> int:
+    found = re.search(r"silicon_concurrency=(\d+)", str(row.get("silicon_data_source", "")))
+    if not found:
+        raise _Skip("no silicon_concurrency in silicon_data_source")
+    return int(found.group(1))
+
+
+def scenario(row: dict, engine: str | None = None, overrides: dict | None = None,
+             simulated_rounds: int = SIMULATED_ROUNDS) -> Config:
+    """The deployment and benchmark a measured row describes, under `engine` (default: the
+    engine named like the row's backend) with `overrides` of its constants. Raises _Skip for a
+    row the catalogs or the layout rules cannot represent."""
+    model = MODELS.get(str(row["model_path"]))
+    if model is None or model not in catalog.models():
+        raise _Skip(f"model not in the catalog: {row['model_path']}")
+    gpu = SYSTEMS.get(str(row["system"]))
+    if gpu is None or gpu not in catalog.gpus():
+        raise _Skip(f"GPU not in the catalog: {row['system']}")
+    engine = engine or str(row["backend"])
+    if engine not in catalog.engines():
+        raise _Skip(f"no engine profile for backend {row['backend']}")
+    try:
+        isl, osl = int(_number(row, "isl") or 0), int(_number(row, "osl") or 0)
+    except ValueError as e:
+        raise _Skip(str(e)) from None
+    if isl < 1 or osl < 1:
+        raise _Skip("isl and osl must be at least 1")
+    n = concurrency(row)
+    weights = QUANT.get(str(row.get("gemm_quant_mode", "")).strip().lower())
+    experts = QUANT.get(str(row.get("moe_quant_mode", "")).strip().lower()) or weights
+    # FP8 and FP4 deployments keep their KV in FP8 (the engines' default for quantised
+    # checkpoints); 16-bit ones in 16 bits
+    kv = "fp8" if weights in ("fp8", "fp4") else None
+    mode = str(row["mode"]).strip()
+    spec = catalog.model(model)
+    if mode == "agg":
+        groups = [{"role": "colocated", **_layout(row, "", spec), "count": 1}]
+    elif mode == "disagg":
+        groups = [{"role": "prefill", **_layout(row, "prefill_", spec)},
+                  {"role": "decode", **_layout(row, "decode_", spec)}]
+    else:
+        raise _Skip(f"mode {mode!r} is neither agg nor disagg")
+    raw: dict[str, Any] = {
+        "name": f"{row['model_path']} {row['system']} {row['backend']} {mode}",
+        "model": model,
+        "quant": {"weights": weights, "experts": experts if spec.experts else None,
+                  "kv": kv},
+        "clusters": {"a": {"gpu": gpu, "instances": groups}},
+        "slo": {"ttft_s": 1e9, "tpot_s": 1e9},
+        "perf": {"engine": engine, **(overrides or {})},
+        "observe": {"sample_s": 0},
+        "workload": {"synthetic": {"kind": "benchmark", "knobs": {
+            "concurrency": n, "isl": isl, "osl": osl, "requests": simulated_rounds * n}}},
+    }
+    return from_dict(raw, f"line {row.get('line', '?')}")
+
+
+def replay(row: dict, engine: str | None = None, overrides: dict | None = None,
+           rounds: int = ROUNDS, simulated_rounds: int = SIMULATED_ROUNDS) -> tuple[float, float]:
+    """Predicted mean TTFT and mean TPOT (ms) of a row's measured phase of `rounds` rounds:
+    the simulated rounds as they ran, the rounds beyond them as the mean of the last steady ones
+    (the two before the last, whose drain the real benchmark's last round has too)."""
+    from pddsim.sim import load_workload, simulate
+    k = min(simulated_rounds, rounds)
+    cfg = scenario(row, engine, overrides, k)
+    result = simulate(cfg, load_workload(cfg))
+    done = result.requests[~result.requests["warmup"]]
+    if (done["status"] != "completed").any():
+        raise _Skip(f"requests failed in the replay: {done['failure'].iloc[0]}")
+    n = concurrency(row)
+    per_round = done.groupby(np.arange(len(done)) // n)[["ttft_s", "tpot_s"]].mean().to_numpy()
+    steady = per_round[max(k - 3, 0):max(k - 1, 1)].mean(axis=0)
+    total = per_round.sum(axis=0) + (rounds - k) * steady
+    ttft, tpot = 1e3 * total / rounds
+    return float(ttft), float(tpot)
+
+
+def _case(shared: tuple, row: dict) -> dict:
+    """One row replayed (a backend's work item): its prediction, or the reason it was skipped."""
+    engine, overrides, rounds, simulated_rounds = shared
+    try:
+        ttft, tpot = replay(row, engine, overrides, rounds, simulated_rounds)
+        return {"predicted_ttft_ms": ttft, "predicted_tpot_ms": tpot, "skipped": ""}
+    except _Skip as e:
+        return {"skipped": str(e)}
+    except InputError as e:           # a deployment the catalogs refuse (weights do not fit...)
+        return {"skipped": "does not fit: " + str(e).split(": ", 1)[-1]}
+
+
+def band(n: int) -> str:
+    return next(label for lo, hi, label in BANDS if lo <= n <= hi)
+
+
+def cases(rows: pd.DataFrame, backend, engine: str | None = None, overrides: dict | None = None,
+          rounds: int = ROUNDS, simulated_rounds: int = SIMULATED_ROUNDS, on_done=None) -> pd.DataFrame:
+    """Every row with its prediction (or its skip reason) and errors."""
+    items = rows.to_dict("records")
+    results = backend.map(_case, items, (engine, overrides, rounds, simulated_rounds), on_done)
+    out = rows.copy()
+    extra = pd.DataFrame([r if isinstance(r, dict) else {"skipped": f"failed: {r.reason}"}
+                          for r in results], index=out.index)
+    for column in ("predicted_ttft_ms", "predicted_tpot_ms", "skipped"):
+        out[column] = extra[column] if column in extra else np.nan
+    out["skipped"] = out["skipped"].fillna("")
+    out["engine"] = engine or out["backend"]
+    out["model"] = [MODELS.get(m, m) for m in out["model_path"]]
+    out["gpu"] = [SYSTEMS.get(s, s) for s in out["system"]]
+    out["concurrency"] = [int(m.group(1)) if (m := re.search(r"silicon_concurrency=(\d+)", s)) else 0
+                          for s in out["silicon_data_source"]]
+    out["band"] = [band(n) if n else "" for n in out["concurrency"]]
+    for what in ("ttft", "tpot"):
+        measured = pd.to_numeric(out[f"silicon_{what}_ms"], errors="coerce")
+        out[f"{what}_ratio"] = out[f"predicted_{what}_ms"] / measured
+        out[f"{what}_abs_err_pct"] = 100 * (out[f"{what}_ratio"] - 1).abs()
+    return out
+
+
+def _figures(part: pd.DataFrame) -> dict:
+    return {"rows": int(len(part)),
+            "ttft_mdape_pct": round(float(part["ttft_abs_err_pct"].median()), 1),
+            "tpot_mdape_pct": round(float(part["tpot_abs_err_pct"].median()), 1),
+            "ttft_median_ratio": round(float(part["ttft_ratio"].median()), 3),
+            "tpot_median_ratio": round(float(part["tpot_ratio"].median()), 3)}
+
+
+DEPLOYMENT = ("model_path", "system", "backend", "mode", "isl", "osl", "gemm_quant_mode",
+              "moe_quant_mode", "concurrency") + tuple(
+    p + k for p in ("", "prefill_", "decode_") for k in LAYOUT)
+
+
+def noise_floor(df: pd.DataFrame) -> dict:
+    """How far repeated measurements of one deployment lie from their median: the median
+    absolute % deviation over the rows of deployments measured more than once."""
+    keys = [k for k in DEPLOYMENT if k in df.columns]
+    out: dict[str, Any] = {}
+    for what in ("ttft", "tpot"):
+        values = pd.to_numeric(df[f"silicon_{what}_ms"], errors="coerce")
+        medians = values.groupby([df[k].astype(str) for k in keys]).transform("median")
+        sizes = values.groupby([df[k].astype(str) for k in keys]).transform("size")
+        repeated = sizes > 1
+        out[f"{what}_repeat_mdape_pct"] = round(float((100 * (values / medians - 1).abs())[repeated]
+                                                      .median()), 1) if repeated.any() else None
+        out["repeated_rows"] = int(repeated.sum())
+    return out
+
+
+def summarise(df: pd.DataFrame) -> dict:
+    """The report: overall and per group figures on the rows compared, the skipped rows by
+    reason, and the noise floor of repeated measurements."""
+    compared = df[df["skipped"] == ""]
+    skipped = df[df["skipped"] != ""]
+    reasons = skipped["skipped"].str.replace(r"\s+\(.*", "", regex=True)
+    summary: dict[str, Any] = {
+        "rows": int(len(df)),
+        "rows_compared": int(len(compared)),
+        "rows_skipped": {str(k): int(v) for k, v in reasons.value_counts().items()},
+        **{k: v for k, v in _figures(compared).items() if k != "rows"},
+        "noise_floor": noise_floor(df),
+        "groups": {g: {str(k): _figures(part) for k, part in compared.groupby(g)} for g in GROUPS},
+    }
+    return summary
+
+
+def format_report(summary: dict) -> str:
+    lines = [f"{summary['rows_compared']} of {summary['rows']} rows compared: mean TTFT median |error| "
+             f"{summary['ttft_mdape_pct']}% (predicted/measured {summary['ttft_median_ratio']}), mean "
+             f"TPOT {summary['tpot_mdape_pct']}% ({summary['tpot_median_ratio']})"]
+    noise = summary["noise_floor"]
+    if noise.get("repeated_rows"):
+        lines.append(f"noise floor, {noise['repeated_rows']} rows of repeated deployments: TTFT "
+                     f"{noise['ttft_repeat_mdape_pct']}%, TPOT {noise['tpot_repeat_mdape_pct']}% from "
+                     "their deployment's median")
+    for reason, count in summary["rows_skipped"].items():
+        lines.append(f"  skipped {count}: {reason}")
+    for group, parts in summary["groups"].items():
+        lines.append(f"by {group}:")
+        for key, f in parts.items():
+            lines.append(f"  {key:<22} {f['rows']:>5} rows  TTFT {f['ttft_mdape_pct']:>6.1f}% "
+                         f"({f['ttft_median_ratio']:.2f})  TPOT {f['tpot_mdape_pct']:>6.1f}% "
+                         f"({f['tpot_median_ratio']:.2f})")
+    return "\n".join(lines)
+
+
+def engine_overrides(settings: Sequence[str]) -> dict:
+    """`FIELD=VALUE` what-if settings of the engine's constants, checked as `perf` fields."""
+    from pddsim.config import Perf, parse_override
+    from pddsim.schema import validated
+    overrides = dict(parse_override(s) for s in settings)
+    validated(Perf, overrides, "--set")
+    return overrides
