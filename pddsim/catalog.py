@@ -237,14 +237,22 @@ class EngineProfile(Strict, frozen=True):
     frontend_ms: float = Field(
         0.0, ge=0, description="time a request spends outside the engine before its first token "
         "reaches the user (HTTP, tokenisation, routing, streaming the first token back)")
+    frontend_jitter_ms: float = Field(
+        0.0, ge=0, description="mean of a random extra front-end time per request (exponential, "
+        "seeded): requests sent together reach the engine apart, as real front ends' "
+        "per-request work varies")
     scheduler: Literal["mixed", "prefill_first"] = Field(
         "mixed", description="mixed: prefill chunks join the decoders' iterations (decode first, "
         "chunks fill the rest of the token budget); prefill_first: waiting prompts run in "
         "iterations of their own while the decoders pause")
     admission: Literal["optimistic", "reserve"] = Field(
         "optimistic", description="optimistic: admit while the prompt fits, preempt (recompute) "
-        "the newest decoder when memory runs out; reserve: admit only when the request's whole "
-        "length fits beside every admitted request's (never preempts)")
+        "the newest decoder when memory runs out; reserve: admit only when the prompt and "
+        "reserve_share of the output fit beside what admitted requests have reserved")
+    reserve_share: float = Field(
+        1.0, ge=0, le=1, description="reserve admission: share of a request's output reserved "
+        "at admission (1: its whole length, never preempting; less: decoders outgrowing their "
+        "reservations preempt the newest, as under optimistic admission)")
     memory_rule: Literal["total", "free"] = Field(
         "total", description="how batching.memory_utilization applies: a share of the HBM "
         "(weights and activations inside it), or of what weights and activations leave free")

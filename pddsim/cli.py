@@ -338,7 +338,25 @@ def cmd_bench_perf(args) -> int:
 
 
 def cmd_bench_serve(args) -> int:
-    from pddsim.experiments.serve_bench import cases, engine_overrides, format_report, read_rows, summarise
+    from pddsim.experiments.serve_bench import (
+        cases,
+        check_pins,
+        engine_overrides,
+        format_report,
+        pinned_figures,
+        read_rows,
+        summarise,
+    )
+    if args.update and not args.check:
+        raise InputError("--update goes with --check PINS.json")
+    pins = None
+    if args.check and not args.update:
+        try:
+            pins = json.loads(Path(args.check).read_text())
+        except OSError as e:
+            raise InputError(f"{args.check}: cannot read pins ({e.strerror})") from None
+        except ValueError as e:
+            raise InputError(f"{args.check}: not JSON ({e})") from None
     rows = read_rows(Path(args.against))
     if args.limit:
         rows = rows.iloc[:args.limit]
@@ -350,6 +368,13 @@ def cmd_bench_serve(args) -> int:
         table.to_csv(args.cases, index=False)
     summary = summarise(table)
     print(_json(summary) if args.json else format_report(summary))
+    if args.update:
+        Path(args.check).write_text(json.dumps(pinned_figures(summary), indent=2) + "\n")
+    if pins is not None:
+        moved = check_pins(summary, pins)
+        for line in moved:
+            print(f"MOVED {line}", file=sys.stderr)
+        return 1 if moved else 0
     return 0
 
 
@@ -570,6 +595,10 @@ def parser() -> Parser:
                     help="rounds simulated; later ones repeat the last steady ones (8)")
     bs.add_argument("--limit", type=int, metavar="N", help="only the first N rows")
     bs.add_argument("--cases", metavar="OUT.csv", help="write every row with its prediction")
+    bs.add_argument("--check", metavar="PINS.json", help="exit 1 if a median error rises more than "
+                    "2 points past its pin (overall, per model and per backend with >= 20 rows) "
+                    "or fewer rows are compared")
+    bs.add_argument("--update", action="store_true", help="with --check: write the pins instead")
     bs.add_argument("--json", action="store_true")
     bs.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_backend_args(bs, cache=False)

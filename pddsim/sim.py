@@ -187,17 +187,21 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     if checks is not None and faults is not None:
         checks.is_down = faults.is_down
 
-    # the serving front end holds each request this long before the engine sees it
-    frontend_s = cfg.perf.engine_profile().frontend_ms / 1e3
+    # the serving front end holds each request this long (and a random extra) before the engine
+    # sees it
+    front = cfg.perf.engine_profile()
+    frontend_s, jitter_s = front.frontend_ms / 1e3, front.frontend_jitter_ms / 1e3
+    jitter = np.random.default_rng([seed, 6])
 
     def issue(idx: int) -> None:
-        if not frontend_s:
+        if not frontend_s and not jitter_s:
             req = in_flight[idx] = Request(idx, reqs[idx], env.now, log=timeline is not None)
             dispatch(req)
             return
         req = in_flight[idx] = Request(idx, reqs[idx], env.now, log=timeline is not None,
                                        stage="frontend")
-        env.timeout(frontend_s).callbacks.append(lambda _e: dispatch(req))
+        delay = frontend_s + (jitter.exponential(jitter_s) if jitter_s else 0.0)
+        env.timeout(delay).callbacks.append(lambda _e: dispatch(req))
 
     replay = Replay(env, workload, cfg.workload, np.random.default_rng([seed, 3]), issue)
     replay.start()

@@ -29,7 +29,7 @@ import heapq
 from bisect import bisect_right
 from collections import deque
 from functools import partial
-from math import inf, nextafter
+from math import ceil, inf, nextafter
 from typing import TYPE_CHECKING, Callable
 
 import simpy
@@ -68,7 +68,7 @@ class Instance:
         "env", "name", "role", "_prefill_side", "_queue_stage", "_decode_stage", "cluster", "perf",
         "capacity", "block", "token_budget", "chunk", "pack_chunks", "max_batch", "coalesce",
         "cache", "host_load", "kv_bytes_per_token", "_cache_in_hbm", "hooks", "busy_s",
-        "prefill_first", "reserve", "whole_prompts",
+        "prefill_first", "reserve", "reserve_share", "whole_prompts",
         "tokens_decoded", "preemptions", "kv_peak", "tracer", "load_watch", "_pending",
         # the engine's state (`_empty`)
         "_pinned", "_shared", "_ctx_end", "_loading", "_loads", "waiting", "prefilling", "held",
@@ -81,10 +81,11 @@ class Instance:
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
                  kv_capacity_tokens: int, batching: Batching, cache: PrefixCache | None, hooks,
                  host_load: Link | None = None, kv_bytes_per_token: float = 0.0,
-                 scheduler: str = "mixed", admission: str = "optimistic"):
+                 scheduler: str = "mixed", admission: str = "optimistic", reserve_share: float = 1.0):
         """`host_load` is None for a cache in HBM; for one in host memory, the link its hits are
         loaded over (`kv_bytes_per_token` sizes them). `scheduler` and `admission` are the
-        engine's policies (catalog.EngineProfile)."""
+        engine's policies, `reserve_share` what reserve admission keeps of an output
+        (catalog.EngineProfile)."""
         self.env = env
         self.name = name
         self.role = role
@@ -103,6 +104,7 @@ class Instance:
         self.whole_prompts = batching.chunk_packing == "whole"
         self.prefill_first = scheduler == "prefill_first"
         self.reserve = admission == "reserve"
+        self.reserve_share = reserve_share
         self.max_batch = batching.max_batch
         self.coalesce = batching.coalesce_decode
         self.cache = cache
@@ -434,7 +436,8 @@ class Instance:
             if req.needs_lookup:
                 self._lookup_prefix(req)
             need = ceil_div(req.context + req.prefill_left, self.block) * self.block
-            whole = ceil_div(req.context + req.prefill_left + req.decode_left, self.block) * self.block
+            whole = need if not self.reserve else self.block * ceil_div(
+                req.context + req.prefill_left + ceil(self.reserve_share * req.decode_left), self.block)
             running = len(self.prefilling) + len(self._decoders) + self._loading
             pinned = self._pool_share(req)    # in the pool already, as cached blocks
             if need > self.capacity or (self.reserve and whole > self.capacity):   # can never fit
@@ -445,8 +448,8 @@ class Instance:
                 self.hooks.failed(req, self, "context exceeds the instance's KV memory")
                 continue
             want = need - pinned
-            if self.reserve:    # room for its whole length and what admitted requests still add
-                want = whole - pinned + self._promised - self._kv_settled()
+            if self.reserve:    # room for its reservation and what admitted requests still add
+                want = max(want, whole - pinned + self._promised - self._kv_settled())
             if running >= self.max_batch or self._free_tokens(want) < want:
                 return
             self._dequeue()

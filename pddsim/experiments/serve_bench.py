@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from pddsim import catalog
-from pddsim.config import Config, from_dict
+from pddsim.config import ENGINE_BATCHING, Config, from_dict
 from pddsim.errors import InputError
 
 # the source's names for what the catalogs call otherwise
@@ -113,7 +113,7 @@ def _layout(row: dict, prefix: str, model: catalog.ModelSpec) -> dict:
     moe_tp = int(get["moe_tp_size"] or 1)
     if (get["pp_size"] or 1) > 1:
         raise _Skip("pipeline parallelism is not modelled")
-    if (get["moe_ep_size"] or get["moe_tp_size"]) and moe_tp * ep != tp * dp:
+    if model.experts and (get["moe_ep_size"] or get["moe_tp_size"]) and moe_tp * ep != tp * dp:
         raise _Skip("MoE layout does not cover the worker's GPUs (moe_tp x moe_ep != tp x dp)")
     batch = int(get["batch_size"] or 0) * dp
     if model.kv_heads == 1 and tp > 8 and dp == 1:
@@ -177,7 +177,9 @@ def scenario(row: dict, engine: str | None = None, overrides: dict | None = None
                   "kv": kv},
         "clusters": {"a": {"gpu": gpu, "instances": groups}},
         "slo": {"ttft_s": 1e9, "tpot_s": 1e9},
-        "perf": {"engine": engine, **(overrides or {})},
+        "perf": {"engine": engine, **{k: v for k, v in (overrides or {}).items()
+                                      if k not in ENGINE_BATCHING}},
+        "batching": {k: v for k, v in (overrides or {}).items() if k in ENGINE_BATCHING},
         "observe": {"sample_s": 0},
         "workload": {"synthetic": {"kind": "benchmark", "knobs": {
             "concurrency": n, "isl": isl, "osl": osl, "requests": simulated_rounds * n}}},
@@ -311,10 +313,50 @@ def format_report(summary: dict) -> str:
     return "\n".join(lines)
 
 
+SLACK_POINTS = 2.0      # a pinned median error may rise this much before the check fails
+
+
+def pinned_figures(summary: dict) -> dict:
+    """What a pin file keeps of a report: rows compared, and the median errors overall and of
+    every model and backend with at least 20 rows."""
+    keep = {"rows_compared": summary["rows_compared"],
+            "ttft_mdape_pct": summary["ttft_mdape_pct"], "tpot_mdape_pct": summary["tpot_mdape_pct"]}
+    for group in ("model", "backend"):
+        for key, f in summary["groups"][group].items():
+            if f["rows"] >= 20:
+                keep[f"{group}:{key}"] = {"ttft_mdape_pct": f["ttft_mdape_pct"],
+                                          "tpot_mdape_pct": f["tpot_mdape_pct"]}
+    return keep
+
+
+def check_pins(summary: dict, pins: dict) -> list[str]:
+    """What moved past its pin: a median error more than SLACK_POINTS above the pinned one, fewer
+    rows compared, a pinned group gone."""
+    now = pinned_figures(summary)
+    moved = []
+    if now["rows_compared"] < pins["rows_compared"]:
+        moved.append(f"rows_compared {now['rows_compared']} < pinned {pins['rows_compared']}")
+    for key, pinned in pins.items():
+        if key == "rows_compared":
+            continue
+        figures = now if key in ("ttft_mdape_pct", "tpot_mdape_pct") else now.get(key)
+        if figures is None:
+            moved.append(f"{key}: no longer has 20 rows compared")
+            continue
+        for metric in (("ttft_mdape_pct", "tpot_mdape_pct") if isinstance(pinned, dict) else (key,)):
+            was = pinned[metric] if isinstance(pinned, dict) else pinned
+            value = figures[metric] if isinstance(pinned, dict) else figures[key]
+            if value > was + SLACK_POINTS:
+                moved.append(f"{key} {metric} {value}% > pinned {was}% + {SLACK_POINTS:g}")
+    return moved
+
+
 def engine_overrides(settings: Sequence[str]) -> dict:
-    """`FIELD=VALUE` what-if settings of the engine's constants, checked as `perf` fields."""
-    from pddsim.config import Perf, parse_override
+    """`FIELD=VALUE` what-if settings of the engine's constants (its batching defaults
+    included), checked as a config's `perf` and `batching` fields."""
+    from pddsim.config import Batching, Perf, parse_override
     from pddsim.schema import validated
     overrides = dict(parse_override(s) for s in settings)
-    validated(Perf, overrides, "--set")
+    validated(Perf, {k: v for k, v in overrides.items() if k not in ENGINE_BATCHING}, "--set")
+    validated(Batching, {k: v for k, v in overrides.items() if k in ENGINE_BATCHING}, "--set")
     return overrides

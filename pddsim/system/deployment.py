@@ -177,7 +177,8 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
                                      cache=PrefixCache(cache_tokens) if cache_tokens else None,
                                      hooks=hooks, host_load=load,
                                      kv_bytes_per_token=model.kv_bytes_per_token,
-                                     scheduler=engine.scheduler, admission=engine.admission))
+                                     scheduler=engine.scheduler, admission=engine.admission,
+                                     reserve_share=engine.reserve_share))
                 members.append((pool[-1], group.gpus))
         dep.rdma[cname] = make_fabric(env, f"rdma:{cname}", cluster.rdma, gpu, members)
     if cfg.wan is not None and len(cfg.clusters) == 2:

@@ -1,0 +1,137 @@
+"""Fit a serving engine's constants (pddsim/data/engines.yaml: vllm, sglang, trtllm) to measured
+serving benchmarks of that engine: `python benchmarks/fit_serve.py --against FILE.csv --engine vllm`.
+
+How: the file's rows of the engine's backend that the catalogs can represent, each deployment once
+(repeated measurements of one deployment are noise: their median stands for them), at most
+`--rows` of them drawn evenly over models (seeded). The loss of a row is |log(predicted/measured)|
+of mean TTFT plus `--tpot-weight` times that of mean TPOT, each capped at log 4 so that a few rows
+the model cannot represent do not steer the rest; the objective is the mean over models of their
+rows' mean loss, so every model counts alike. Coordinate descent from the engine's current
+profile: each constant in turn is moved by a factor (continuous ones within physical bounds) or
+set to each of its choices (policies), a move kept when it lowers the objective, the factor halved
+when no constant moves. The fitted profile is printed as YAML; `pddsim bench serve` then reports
+its errors on every row.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pddsim import catalog  # noqa: E402
+from pddsim.experiments.backends import Processes  # noqa: E402
+from pddsim.experiments.serve_bench import DEPLOYMENT, cases, read_rows  # noqa: E402
+
+# constant: (low, high) for continuous ones, a tuple of choices for the others
+SPACE = {
+    "linear_bf16": (0.2, 0.95), "linear_fp8": (0.2, 0.95), "linear_fp4": (0.1, 0.95),
+    "attn_prefill": (0.1, 0.9), "attn_decode": (0.05, 0.9), "memory": (0.4, 0.95),
+    "grouped_gemm": (0.1, 1.0), "expert_tokens_half": (0.0, 1024.0),
+    "overhead_ms": (0.0, 30.0), "seq_us": (0.0, 300.0), "allreduce_base_us": (0.0, 60.0),
+    "allreduce_step_us": (0.0, 10.0), "alltoall_us": (0.0, 300.0), "stream_us": (0.0, 200.0),
+    "frontend_ms": (0.0, 300.0), "frontend_jitter_ms": (0.0, 200.0), "activation_gb": (0.0, 40.0),
+    "memory_utilization": (0.6, 0.97),
+    "reserve_share": (0.0, 1.0),
+    "token_budget": (1024, 2048, 4096, 8192, 16384, 32768, 65536),
+    "overlap": (False, True), "scheduler": ("mixed", "prefill_first"),
+    "admission": ("optimistic", "reserve"), "chunk_packing": ("packed", "whole"),
+    "memory_rule": ("total", "free"),
+}
+CAP = math.log(4.0)
+
+
+def deployments(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per deployment, its measurements the median of its repeats."""
+    df = rows.copy()
+    df["concurrency"] = df["silicon_data_source"].str.extract(r"silicon_concurrency=(\d+)")[0]
+    keys = [k for k in DEPLOYMENT if k in df.columns]
+    for what in ("silicon_ttft_ms", "silicon_tpot_ms"):
+        df[what] = pd.to_numeric(df[what], errors="coerce")
+        df[what] = df.groupby([df[k].astype(str) for k in keys])[what].transform("median")
+    return df.drop_duplicates(subset=keys).drop(columns="concurrency")
+
+
+def objective(table: pd.DataFrame, tpot_weight: float) -> tuple[float, int]:
+    done = table[table["skipped"] == ""]
+    if done.empty:
+        return float("inf"), 0
+    loss = (np.minimum(np.log(done["ttft_ratio"]).abs(), CAP)
+            + tpot_weight * np.minimum(np.log(done["tpot_ratio"]).abs(), CAP))
+    missing = len(table) - len(done)            # a row the profile makes unrepresentable
+    per_model = loss.groupby(done["model"]).mean()
+    return float(per_model.mean()) + missing * 2 * CAP / len(table), len(done)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--against", required=True)
+    ap.add_argument("--engine", required=True, choices=("vllm", "sglang", "trtllm"))
+    ap.add_argument("--rows", type=int, default=240, help="deployments fitted on at most")
+    ap.add_argument("--max-concurrency", type=int, default=2048)
+    ap.add_argument("--tpot-weight", type=float, default=1.5)
+    ap.add_argument("--passes", type=int, default=4)
+    ap.add_argument("--simulated-rounds", type=int, default=6)
+    ap.add_argument("--only", nargs="*", help="fit only these constants")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    rows = read_rows(Path(args.against))
+    rows = deployments(rows[rows["backend"] == args.engine])
+    conc = rows["silicon_data_source"].str.extract(r"silicon_concurrency=(\d+)")[0].astype(float)
+    rows = rows[conc <= args.max_concurrency]
+    rng = np.random.default_rng(args.seed)
+    per_model = max(1, args.rows // max(rows["model_path"].nunique(), 1))
+    picked = [g.iloc[rng.permutation(len(g))[:per_model]] for _, g in rows.groupby("model_path")]
+    rows = pd.concat(picked).sort_values("line")
+    print(f"{args.engine}: {len(rows)} deployments", file=sys.stderr)
+
+    base = catalog.engine(args.engine)
+    current = {k: getattr(base, k) for k in SPACE}
+    names = args.only or list(SPACE)
+    with Processes(args.jobs) as backend:
+        def score(values: dict) -> float:
+            table = cases(rows, backend, args.engine, values, simulated_rounds=args.simulated_rounds)
+            return objective(table, args.tpot_weight)[0]
+        best = score(current)
+        print(f"start {best:.4f}", file=sys.stderr)
+        step = 1.3
+        for _ in range(args.passes):
+            moved = False
+            for name in names:
+                space = SPACE[name]
+                if len(space) == 2 and isinstance(space[0], float):
+                    lo, hi = space
+                    value = current[name]
+                    tries = [min(hi, max(lo, value * f)) for f in (step, 1 / step)]
+                    if value == 0:
+                        tries = [min(hi, lo + (hi - lo) * 0.05)]
+                    tries = [round(t, 4) for t in tries if t != value]
+                else:
+                    tries = [c for c in space if c != current[name]]
+                for t in tries:
+                    s = score({**current, name: t})
+                    if s < best - 1e-4:
+                        best, current[name], moved = s, t, True
+                        print(f"  {name} = {t}  -> {best:.4f}", file=sys.stderr)
+                        break
+            if not moved:
+                step = 1 + (step - 1) / 2
+                if step < 1.04:
+                    break
+    print(f"# {args.engine}: objective {best:.4f} on {len(rows)} deployments")
+    print(f"{args.engine}:")
+    for k, v in current.items():
+        if v != getattr(base, k) or True:
+            print(f"  {k}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

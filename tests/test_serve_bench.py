@@ -1,0 +1,143 @@
+"""`pddsim bench serve`: measured serving benchmarks read in their own format, replayed as the
+benchmarks that produced them, compared and reported; and the figures pinned on the fit rows."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pddsim import cli
+from pddsim.experiments.backends import Processes
+from pddsim.experiments.serve_bench import cases, read_rows, replay, scenario, summarise
+
+HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,"
+          "gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,"
+          "moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,"
+          "prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,"
+          "decode_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,"
+          "decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms")
+EMPTY_DISAGG = "," * 14              # the 14 prefill_* and decode_* fields
+
+
+def agg(model="meta-llama/Llama-3.1-70B", system="h100_sxm", backend="vllm", conc=4, isl=512,
+        osl=64, tp=8, pp=1, adp=1, moe_tp=1, moe_ep=1, ttft=100.0, tpot=10.0, quant="fp8"):
+    return (f"r,src; silicon_concurrency={conc},{backend},1,{model},{system},{quant},agg,{isl},{osl},"
+            f"{quant},{quant},{conc},{tp},{pp},{adp},{moe_tp},{moe_ep},{EMPTY_DISAGG}{ttft},{tpot}")
+
+
+def disagg(conc=8, isl=512, osl=32, ttft=200.0, tpot=12.0):
+    return (f"r,src; silicon_concurrency={conc},trtllm,1,meta-llama/Llama-3.1-70B,h100_sxm,fp8,disagg,"
+            f"{isl},{osl},fp8,fp8,,,,,,,1,1,8,1,1,1,1,{conc},1,8,1,1,1,1,{ttft},{tpot}")
+
+
+def write(tmp_path, *lines) -> Path:
+    path = tmp_path / "measured.csv"
+    path.write_text("\n".join([HEADER, *lines]) + "\n")
+    return path
+
+
+def test_a_row_becomes_its_deployment_and_benchmark(tmp_path):
+    rows = read_rows(write(tmp_path, agg(conc=16, isl=1024, osl=128, tp=4), disagg()))
+    cfg = scenario(rows.iloc[0].to_dict())
+    group = cfg.clusters["a"].instances[0]
+    assert (cfg.model, cfg.clusters["a"].gpu, cfg.perf.engine) == ("llama-3.1-70b", "h100-sxm", "vllm")
+    assert (group.role, group.tp, group.dp, group.max_batch) == ("colocated", 4, 1, 16)
+    assert (cfg.quant.weights, cfg.quant.kv) == ("fp8", "fp8")
+    knobs = cfg.workload.synthetic.knobs
+    assert (knobs.concurrency, knobs.isl, knobs.osl, knobs.warmup_requests) == (16, 1024, 128, 32)
+    pd_cfg = scenario(rows.iloc[1].to_dict())
+    assert [(g.role, g.count, g.tp) for g in pd_cfg.clusters["a"].instances] == [
+        ("prefill", 1, 8), ("decode", 1, 8)]
+
+
+def test_mla_past_one_node_is_read_as_attention_data_parallel(tmp_path):
+    rows = read_rows(write(tmp_path, agg("deepseek-ai/DeepSeek-R1", "gb200", "sglang", conc=512,
+                                         tp=72, moe_tp=72)))
+    group = scenario(rows.iloc[0].to_dict()).clusters["a"].instances[0]
+    assert (group.tp, group.dp, group.ep, group.max_batch) == (1, 72, 72, 512)
+
+
+def test_rows_that_cannot_be_represented_are_counted_by_reason(tmp_path):
+    path = write(tmp_path, agg(), agg(model="acme/Unknown-1B"), agg(pp=2),
+                 agg(model="deepseek-ai/DeepSeek-R1", system="b200_sxm", moe_tp=2, moe_ep=2),
+                 agg(system="tpu_v9"))
+    table = cases(read_rows(path), Processes(1))
+    summary = summarise(table)
+    assert summary["rows"] == 5 and summary["rows_compared"] == 1
+    assert summary["rows_skipped"] == {
+        "model not in the catalog: acme/Unknown-1B": 1, "pipeline parallelism is not modelled": 1,
+        "MoE layout does not cover the worker's GPUs": 1, "GPU not in the catalog: tpu_v9": 1}
+
+
+def test_errors_and_ratios_are_computed_from_the_predictions(tmp_path):
+    rows = read_rows(write(tmp_path, agg(ttft=100.0, tpot=10.0)))
+    table = cases(rows, Processes(1))
+    ttft, tpot = table["predicted_ttft_ms"].iloc[0], table["predicted_tpot_ms"].iloc[0]
+    assert table["ttft_ratio"].iloc[0] == pytest.approx(ttft / 100.0)
+    assert table["tpot_abs_err_pct"].iloc[0] == pytest.approx(100 * abs(tpot / 10.0 - 1))
+    assert (ttft, tpot) == replay(rows.iloc[0].to_dict())        # the same replay, deterministic
+    s = summarise(table)
+    assert s["ttft_mdape_pct"] == pytest.approx(round(100 * abs(ttft / 100 - 1), 1))
+    assert s["groups"]["band"]["1-8"]["rows"] == 1
+
+
+def test_the_rounds_beyond_the_simulated_ones_repeat_the_steady_state(tmp_path):
+    """The shortcut (8 rounds simulated, 50 reported) against all 50 simulated, on deployments
+    that settle into a repeating load."""
+    path = write(tmp_path, agg(conc=8, isl=2048, osl=32, tp=4), agg(conc=32, isl=1024, osl=48),
+                 agg(backend="trtllm", conc=16, isl=4096, osl=40, tp=8))
+    for row in read_rows(path).to_dict("records"):
+        short = np.array(replay(row, simulated_rounds=8))
+        full = np.array(replay(row, simulated_rounds=50))
+        assert short == pytest.approx(full, rel=0.03)
+
+
+def test_the_noise_floor_is_the_spread_of_repeated_deployments(tmp_path):
+    rows = read_rows(write(tmp_path, agg(ttft=100, tpot=10), agg(ttft=150, tpot=10),
+                           agg(ttft=125, tpot=12), agg(conc=8, ttft=50)))
+    table = cases(rows, Processes(1))
+    floor = summarise(table)["noise_floor"]
+    assert floor["repeated_rows"] == 3
+    # |100/125 - 1| = 20%, |150/125 - 1| = 20%, 0: median 20%; TPOT 10, 10, 12 around 10: 0, 0, 20%
+    assert (floor["ttft_repeat_mdape_pct"], floor["tpot_repeat_mdape_pct"]) == (20.0, 0.0)
+
+
+def test_bad_files_are_one_line(tmp_path, input_error, capsys):
+    def fails(argv, *named):
+        code = cli.main(["bench", "serve", "--jobs", "1", "--quiet", *argv])
+        input_error(code, capsys.readouterr().err, *named)
+    path = tmp_path / "bad.csv"
+    path.write_text("model_path,system\nx,y\n")
+    fails(["--against", str(path)], f"{path}: missing column(s)")
+    ragged = write(tmp_path, agg() + ",extra")
+    fails(["--against", str(ragged)], f"{ragged}:2: 35 fields, the header has 34")
+    fails(["--against", str(write(tmp_path, agg())), "--set", "memory=2"], "memory")
+    fails(["--against", str(tmp_path / "none.csv")], "cannot read")
+
+
+def test_bench_serve_cli_json(tmp_path, capsys):
+    path = write(tmp_path, agg(), agg(model="acme/Unknown-1B"))
+    out = tmp_path / "cases.csv"
+    assert cli.main(["bench", "serve", "--against", str(path), "--json", "--jobs", "1", "--quiet",
+                     "--cases", str(out), "--set", "frontend_ms=5"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    for key in ("ttft_mdape_pct", "tpot_mdape_pct", "rows_compared", "rows_skipped", "groups",
+                "noise_floor"):
+        assert key in s
+    assert s["rows_compared"] == 1 and set(s["groups"]) == {"model", "gpu", "backend", "mode", "band"}
+    assert len(pd.read_csv(out)) == 2
+
+
+def test_pins_fail_when_an_error_rises_past_its_slack(tmp_path, capsys):
+    path = write(tmp_path, *[agg(conc=c, ttft=100.0, tpot=10.0) for c in (1, 2, 4)])
+    pins = tmp_path / "pins.json"
+    argv = ["bench", "serve", "--against", str(path), "--jobs", "1", "--quiet", "--check", str(pins)]
+    assert cli.main(argv + ["--update"]) == 0
+    assert cli.main(argv) == 0                                   # unchanged: passes
+    pinned = json.loads(pins.read_text())
+    pinned["ttft_mdape_pct"] -= 2.5                              # as if the error had been lower
+    pins.write_text(json.dumps(pinned))
+    capsys.readouterr()
+    assert cli.main(argv) == 1
+    assert "MOVED ttft_mdape_pct" in capsys.readouterr().err
