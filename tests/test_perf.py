@@ -409,3 +409,15 @@ def test_served_dtypes_set_the_bytes():
     # FP4 multiplies in FP4 on a chip with FP4 units, at 16 bits on one without
     assert catalog.gpu("b200").peak_tflops("fp4") == catalog.gpu("b200").fp4_tflops
     assert catalog.gpu("h100-sxm").peak_tflops("fp4") == catalog.gpu("h100-sxm").bf16_tflops
+
+
+def test_expert_parallelism_waits_for_its_busiest_group():
+    """Tokens pick experts at random: the busiest of ep groups gets ~ sqrt(2 ln ep) standard
+    deviations more than its share of the T x k picks, a pace that fades as batches grow."""
+    dsv3 = bare("deepseek-v3")
+    p = Roofline(dsv3, H100, 8, IDEAL, ep=8)
+    assert Roofline(dsv3, H100, 8, IDEAL).imbalance(64) == 1.0
+    assert p.imbalance(64) == pytest.approx(1 + np.sqrt(2 * np.log(8) * 8 / (64 * 8)))
+    assert p.imbalance(1) <= 8 and p.imbalance(65536) < 1.02
+    routed = p.s_per_routed_token
+    assert p._routed_compute(64) == pytest.approx(64 * routed * p.imbalance(64))

@@ -8,7 +8,8 @@ its tokens. Weights are read once per iteration, so a small prefill chunk pays t
 as a large one: that is what makes unbatched tail chunks expensive. Every running request's KV is
 read too, so decode slows as contexts grow. A MoE's routed experts are grouped GEMMs: each expert an
 iteration touches is read once and pays a fixed cost, so few tokens per expert run far below the
-dense peak. An instance may split its GPUs into attention data-parallel ranks (each holding its
+dense peak, and under expert parallelism the busiest group of experts sets the pace (tokens pick
+experts at random). An instance may split its GPUs into attention data-parallel ranks (each holding its
 requests' KV and a replica of the non-expert weights) with the experts spread over all of them.
 The table model replaces the roofline by measured iteration times interpolated from a CSV.
 """
@@ -88,6 +89,10 @@ class Roofline:
             * engine.linear_share(gpu.matmul_dtype(model.routed_dtype))
         self.s_per_routed_token = 2.0 * routed_active / expert_flops
         self.s_per_touched = 2.0 * engine.expert_tokens_half * model.routed_params / expert_flops
+        # expert parallelism runs in lockstep at the pace of its busiest group: with tokens routed
+        # at random, it gets about sqrt(2 ln ep) standard deviations more than its share
+        self.ep, self.imbalance_scale = ep, (
+            2.0 * np.log(ep) * ep / model.experts_per_token if ep > 1 and model.experts else 0.0)
         bytes_per_s = gpu.hbm_tbps * 1e12 * engine.memory
         kv_split = dp * min(tp, model.kv_heads or tp)            # GPUs one token's KV spreads over
         self.s_per_kv_token = model.kv_bytes_per_token / kv_split / bytes_per_s
@@ -140,8 +145,17 @@ class Roofline:
         touches more routed experts as the batch grows."""
         return self.shared_s + self.routed_s * self.touched_share(tokens)
 
+    def imbalance(self, tokens):
+        """How much more than its share the busiest expert-parallel group computes: the expected
+        maximum of the groups' routed tokens over their mean (a normal approximation, at most all
+        of them on one group)."""
+        if not self.imbalance_scale:
+            return 1.0
+        return np.minimum(1.0 + np.sqrt(self.imbalance_scale / np.maximum(tokens, 1)), self.ep)
+
     def _routed_compute(self, tokens):
-        return tokens * self.s_per_routed_token + self.s_per_touched * self.touched_share(tokens)
+        return self.imbalance(tokens) * (tokens * self.s_per_routed_token
+                                         + self.s_per_touched * self.touched_share(tokens))
 
     def floor_s(self, requests, eager=True):
         """The least an iteration of `requests` takes whatever its GPU work: the host's launches
