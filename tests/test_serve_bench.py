@@ -26,9 +26,10 @@ def agg(model="meta-llama/Llama-3.1-70B", system="h100_sxm", backend="vllm", con
             f"{quant},{quant},{conc},{tp},{pp},{adp},{moe_tp},{moe_ep},{EMPTY_DISAGG}{ttft},{tpot}")
 
 
-def disagg(conc=8, isl=512, osl=32, ttft=200.0, tpot=12.0):
+def disagg(conc=8, isl=512, osl=32, ttft=200.0, tpot=12.0, workers=1):
+    w = workers if workers else ""
     return (f"r,src; silicon_concurrency={conc},trtllm,1,meta-llama/Llama-3.1-70B,h100_sxm,fp8,disagg,"
-            f"{isl},{osl},fp8,fp8,,,,,,,1,1,8,1,1,1,1,{conc},1,8,1,1,1,1,{ttft},{tpot}")
+            f"{isl},{osl},fp8,fp8,,,,,,,1,{w},8,1,1,1,1,{conc},{w},8,1,1,1,1,{ttft},{tpot}")
 
 
 def write(tmp_path, *lines) -> Path:
@@ -61,13 +62,14 @@ def test_mla_past_one_node_is_read_as_attention_data_parallel(tmp_path):
 def test_rows_that_cannot_be_represented_are_counted_by_reason(tmp_path):
     path = write(tmp_path, agg(), agg(model="acme/Unknown-1B"), agg(pp=2),
                  agg(model="deepseek-ai/DeepSeek-R1", system="b200_sxm", moe_tp=2, moe_ep=2),
-                 agg(system="tpu_v9"))
+                 agg(system="tpu_v9"), disagg(workers=0))
     table = cases(read_rows(path), Processes(1))
     summary = summarise(table)
-    assert summary["rows"] == 5 and summary["rows_compared"] == 1
+    assert summary["rows"] == 6 and summary["rows_compared"] == 1
     assert summary["rows_skipped"] == {
         "model not in the catalog: acme/Unknown-1B": 1, "pipeline parallelism is not modelled": 1,
-        "MoE layout does not cover the worker's GPUs": 1, "GPU not in the catalog: tpu_v9": 1}
+        "MoE layout does not cover the worker's GPUs": 1, "GPU not in the catalog: tpu_v9": 1,
+        "disagg row without prefill and decode worker counts": 1}
 
 
 def test_errors_and_ratios_are_computed_from_the_predictions(tmp_path):

@@ -166,6 +166,12 @@ def scenario(row: dict, engine: str | None = None, overrides: dict | None = None
     if mode == "agg":
         groups = [{"role": "colocated", **_layout(row, "", spec), "count": 1}]
     elif mode == "disagg":
+        try:
+            counted = all(_number(row, f"{side}_num_workers") for side in ("prefill", "decode"))
+        except ValueError as e:
+            raise _Skip(str(e)) from None
+        if not counted:           # a fleet of unknown size: its load per worker is unknown
+            raise _Skip("disagg row without prefill and decode worker counts")
         groups = [{"role": "prefill", **_layout(row, "prefill_", spec)},
                   {"role": "decode", **_layout(row, "decode_", spec)}]
     else:
