@@ -105,6 +105,15 @@ class ModelSpec(Strict, frozen=True):
     state_bytes: float = Field(
         0.0, ge=0, description="fixed per-request state of linear-attention layers, bytes (its "
         "size does not grow with the context)")
+    sparse_attend_tokens: int = Field(
+        0, ge=0, description="sparse attention (DeepSeek Sparse Attention): each query attends to "
+        "at most this many context tokens an indexer selects, the KV of all kept (0: dense)")
+    index_attn_flops: float = Field(
+        0.0, ge=0, description="sparse attention: the indexer's FLOPs per query token per context "
+        "token (it scores the whole context), all layers")
+    index_kv_bytes_per_token: float = Field(
+        0.0, ge=0, description="sparse attention: the indexer's keys, bytes per token, all layers: "
+        "part of kv_bytes_per_token, read for every context token, kept in their own dtype")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -119,6 +128,8 @@ class ModelSpec(Strict, frozen=True):
                              "experts) and moe_layers")
         if (self.window_tokens > 0) != (self.window_kv_bytes_per_token > 0):
             raise ValueError("window_tokens and window_kv_bytes_per_token go together")
+        if self.index_kv_bytes_per_token >= self.kv_bytes_per_token:
+            raise ValueError("index_kv_bytes_per_token is part of kv_bytes_per_token")
         return self
 
     def served(self, weights: str | None = None, experts: str | None = None,
@@ -134,7 +145,8 @@ class ModelSpec(Strict, frozen=True):
             update["expert_dtype"] = experts
         if kv is not None:
             scale = DTYPE_BYTES[kv] / DTYPE_BYTES[self.kv_dtype]
-            update.update(kv_dtype=kv, kv_bytes_per_token=self.kv_bytes_per_token * scale,
+            index = self.index_kv_bytes_per_token          # the indexer's keys keep their dtype
+            update.update(kv_dtype=kv, kv_bytes_per_token=(self.kv_bytes_per_token - index) * scale + index,
                           window_kv_bytes_per_token=self.window_kv_bytes_per_token * scale)
         return self.model_copy(update=update) if update else self
 

@@ -152,9 +152,12 @@ def test_new_moe_models_hand_computed_values():
     glm = catalog.model("glm-5")
     # MLA latent + rope key in BF16, + the DSA indexer's FP8 keys (128 B + a 4 B scale)
     assert glm.kv_bytes_per_token == 78 * (512 + 64) * 2 + 78 * (128 + 4)
-    # absorbed MLA (DSA's MQA mode) + the indexer's scores, prefill and decode alike
-    per_layer = 2 * 64 * (512 + 64) + 2 * 64 * 512 + 2 * 32 * 128
+    # absorbed MLA (DSA's MQA mode), prefill and decode alike, over the 2,048 tokens picked;
+    # the indexer's scores over the whole context
+    per_layer = 2 * 64 * (512 + 64) + 2 * 64 * 512
     assert glm.prefill_attn_flops == glm.decode_attn_flops == 78 * per_layer
+    assert (glm.sparse_attend_tokens, glm.index_attn_flops) == (2048, 78 * 2 * 32 * 128)
+    assert glm.index_kv_bytes_per_token == 78 * (128 + 4)
     routed = 75 * 256 * 3 * 6144 * 2048
     assert glm.routed_params == pytest.approx(routed, rel=0.001)
     mla = 6144 * 2048 + 2048 * 64 * 256 + 6144 * 576 + 512 * 64 * 448 + 64 * 256 * 6144

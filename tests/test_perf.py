@@ -421,3 +421,26 @@ def test_expert_parallelism_waits_for_its_busiest_group():
     assert p.imbalance(1) <= 8 and p.imbalance(65536) < 1.02
     routed = p.s_per_routed_token
     assert p._routed_compute(64) == pytest.approx(64 * routed * p.imbalance(64))
+
+
+def test_sparse_attention_attends_at_most_its_cap_and_indexes_every_token():
+    """GLM-5 (DSA): a query attends to the 2,048 tokens its indexer picks, whose KV it reads; the
+    indexer scores and reads the keys of the whole context. A decode run ends where the contexts
+    reach the cap, so each run stays exact against its single iterations."""
+    glm = catalog.model("glm-5")
+    p = Roofline(glm, H100, 8, IDEAL.model_copy(update={"memory": 0.5}), dp=1)
+    n, ctx = 4, 4 * 2000
+    run = p.decode_run(n, ctx, 400)
+    assert run.k == (4 * 2048 - ctx) // 4 + 1 == 49       # ends once the cap is reached
+    singles = [p.iteration(n, ctx + n * i, ctx + n * i, ctx + n * i) for i in range(run.k)]
+    assert run.total_s == pytest.approx(sum(singles))
+    capped = p.decode_run(n, 4 * 5000, 50)
+    assert capped.k == 50
+    singles = [p.iteration(n, 4 * 5000 + n * i, 4 * 5000 + n * i, 4 * 5000 + n * i) for i in range(50)]
+    assert capped.total_s == pytest.approx(sum(singles))
+    # past the cap only the indexer grows with the context
+    far, near = p.iteration(n, 4 * 60000, 4 * 60000, 4 * 60000), p.iteration(n, 4 * 3000, 4 * 3000, 4 * 3000)
+    dense = Roofline(glm.model_copy(update={"sparse_attend_tokens": 0}), H100, 8, IDEAL)
+    assert far - near < dense.iteration(n, 4 * 60000, 4 * 60000, 4 * 60000) - dense.iteration(
+        n, 4 * 3000, 4 * 3000, 4 * 3000)
+    assert glm.served(kv="fp8").kv_bytes_per_token == pytest.approx(89_856 / 2 + 10_296)

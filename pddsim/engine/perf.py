@@ -95,7 +95,13 @@ class Roofline:
             2.0 * np.log(ep) * ep / model.experts_per_token if ep > 1 and model.experts else 0.0)
         bytes_per_s = gpu.hbm_tbps * 1e12 * engine.memory
         kv_split = dp * min(tp, model.kv_heads or tp)            # GPUs one token's KV spreads over
-        self.s_per_kv_token = model.kv_bytes_per_token / kv_split / bytes_per_s
+        # sparse attention: each query attends to at most `cap` tokens (and reads their KV), the
+        # indexer scores every context token and reads every token's keys
+        self.cap = model.sparse_attend_tokens
+        index = model.index_kv_bytes_per_token
+        self.s_per_kv_token = (model.kv_bytes_per_token - index) / kv_split / bytes_per_s
+        self.s_per_index_kv = index / kv_split / bytes_per_s
+        self.s_per_index_pair = model.index_attn_flops / (attn_peak * engine.attn_prefill)
         self.s_per_request = (model.window_tokens * model.window_kv_bytes_per_token / kv_split
                               + 2 * model.state_bytes / gpus) / bytes_per_s
         lookup = 0.0 if model.tied_embeddings else model.head_params * DTYPE_BYTES[model.weight_dtype]
@@ -177,11 +183,17 @@ class Roofline:
         tokens = np.asarray(tokens, dtype=float)
         attn_pairs, decode_pairs = np.asarray(attn_pairs), np.asarray(decode_pairs)
         requests = np.asarray(_requests(tokens, attn_pairs, decode_pairs, requests), dtype=float)
+        kv = np.asarray(kv_tokens_read, dtype=float)
+        prefill_pairs, attended_kv = attn_pairs - decode_pairs, kv
+        if self.cap:      # each query attends to at most `cap` tokens (every token a query at most)
+            prefill_pairs = np.minimum(prefill_pairs, tokens * self.cap)
+            decode_pairs = np.minimum(decode_pairs, requests * self.cap)
+            attended_kv = np.minimum(kv, requests * self.cap)
         compute = (tokens * self.s_per_token + requests * self.s_per_sample + self._routed_compute(tokens)
-                   + (attn_pairs - decode_pairs) * self.s_per_prefill_pair
-                   + decode_pairs * self.s_per_decode_pair)
-        memory = (self.weights_read_s(tokens) + np.asarray(kv_tokens_read) * self.s_per_kv_token
-                  + requests * self.s_per_request)
+                   + prefill_pairs * self.s_per_prefill_pair + decode_pairs * self.s_per_decode_pair
+                   + attn_pairs * self.s_per_index_pair)
+        memory = (self.weights_read_s(tokens) + attended_kv * self.s_per_kv_token
+                  + kv * self.s_per_index_kv + requests * self.s_per_request)
         cpu = 0.0 if self.overlap else requests * self.cpu_per_request
         t = np.maximum(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s + cpu
         eager = ~((decode_pairs >= attn_pairs) & (tokens <= self.graph_max_batch))
@@ -190,11 +202,20 @@ class Roofline:
     def decode_run(self, n: int, context: int, k: int) -> LinearRun | FlooredRun:
         """k decode iterations of n requests holding `context` KV tokens at the first, growing by
         n tokens an iteration: both roofline terms are linear in the iteration index, and the
-        floor, when it binds, binds the first iterations (the terms only grow)."""
+        floor, when it binds, binds the first iterations (the terms only grow). Sparse attention
+        stops growing once the contexts reach its cap: a run ends there (fewer than k
+        iterations) and the next one starts capped, so each stays linear."""
+        attended, growth = context, n
+        if self.cap:
+            if context >= n * self.cap:
+                attended, growth = n * self.cap, 0
+            else:
+                k = min(k, (n * self.cap - context) // n + 1)
         compute = (n * (self.s_per_token + self.s_per_sample) + self._routed_compute(n)
-                   + context * self.s_per_decode_pair, n * self.s_per_decode_pair)
-        memory = (self.weights_read_s(n) + context * self.s_per_kv_token + n * self.s_per_request,
-                  n * self.s_per_kv_token)
+                   + attended * self.s_per_decode_pair + context * self.s_per_index_pair,
+                   growth * self.s_per_decode_pair + n * self.s_per_index_pair)
+        memory = (self.weights_read_s(n) + attended * self.s_per_kv_token + context * self.s_per_index_kv
+                  + n * self.s_per_request, growth * self.s_per_kv_token + n * self.s_per_index_kv)
         cpu = 0.0 if self.overlap else n * self.cpu_per_request
         run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s + cpu, k)
         floor = float(self.floor_s(n, n > self.graph_max_batch))
