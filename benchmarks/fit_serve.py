@@ -76,7 +76,7 @@ def main() -> int:
     ap.add_argument("--max-concurrency", type=int, default=2048)
     ap.add_argument("--tpot-weight", type=float, default=1.5)
     ap.add_argument("--passes", type=int, default=4)
-    ap.add_argument("--simulated-rounds", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--only", nargs="*", help="fit only these constants")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
@@ -97,7 +97,8 @@ def main() -> int:
     names = args.only or list(SPACE)
     with Processes(args.jobs) as backend:
         def score(values: dict) -> float:
-            table = cases(rows, backend, args.engine, values, simulated_rounds=args.simulated_rounds)
+            table = cases(rows, backend, args.engine, values, rounds=args.rounds,
+                          simulated_rounds=args.rounds)
             return objective(table, args.tpot_weight)[0]
         best = score(current)
         print(f"start {best:.4f}", file=sys.stderr)

@@ -589,10 +589,11 @@ def parser() -> Parser:
                     "row's backend)")
     bs.add_argument("--set", action="append", metavar="FIELD=VALUE",
                     help="set an engine constant for every row, e.g. frontend_ms=20 (repeatable)")
-    bs.add_argument("--rounds", type=int, default=50, metavar="R",
-                    help="measured requests per client in the benchmark that produced the rows (50)")
-    bs.add_argument("--simulated-rounds", type=int, default=8, metavar="K",
-                    help="rounds simulated; later ones repeat the last steady ones (8)")
+    bs.add_argument("--rounds", type=int, default=10, metavar="R",
+                    help="measured requests per client in the benchmark that produced the rows "
+                    "(10, fitted to the bundled rows)")
+    bs.add_argument("--simulated-rounds", type=int, default=10, metavar="K",
+                    help="rounds simulated; later ones repeat the last steady ones (10)")
     bs.add_argument("--limit", type=int, metavar="N", help="only the first N rows")
     bs.add_argument("--cases", metavar="OUT.csv", help="write every row with its prediction")
     bs.add_argument("--check", metavar="PINS.json", help="exit 1 if a median error rises more than "

@@ -10,10 +10,10 @@ input and output lengths (`isl`, `osl`), the mean TTFT and TPOT measured.
 Each row the catalogs can represent becomes a scenario (`scenario`) and is replayed as the
 benchmark that produced it: N closed-loop clients (`workload.synthetic.kind: benchmark`), a
 warm-up of 2N requests drained before the measured phase, which then starts with every client at
-once, as aiperf's benchmark scripts run it. The measured phase is `rounds` x N requests; the
-first `simulated_rounds` are simulated and the rest take the mean of the last steady ones (the
-load repeats itself by then; `tests/test_serve_bench.py` checks the shortcut against a full
-replay). Rows that cannot be represented are counted by reason, never dropped.
+once, as aiperf's benchmark scripts run it. The measured phase is `rounds` x N requests (ROUNDS
+says why 10); with fewer `simulated_rounds` the rounds beyond them take the mean of the last
+steady ones (the load repeats itself by then; `tests/test_serve_bench.py` checks the shortcut
+against a full replay). Rows that cannot be represented are counted by reason, never dropped.
 
 The report gives the median absolute % error and the median predicted/measured ratio of mean TTFT
 and mean TPOT, overall and by model, GPU, backend, agg/disagg and concurrency band, beside the
@@ -56,8 +56,12 @@ LAYOUT = ("num_workers", "batch_size", "tp_size", "pp_size", "attention_dp_size"
           "moe_ep_size")
 BANDS = ((1, 8, "1-8"), (9, 64, "9-64"), (65, 10**9, "65+"))
 GROUPS = ("model", "gpu", "backend", "mode", "band")
-ROUNDS = 50            # measured requests per client (aiconfigurator's benchmark: 50 x concurrency)
-SIMULATED_ROUNDS = 8
+# Measured requests per client. FITTED: aiconfigurator's benchmark template sends 50 x concurrency
+# requests, but the fit rows' TTFTs rise with concurrency as a measured phase of ~10 rounds
+# does (its first round is a burst of every client at once); of 5, 10, 20 and 50, 10 explains
+# them best. Every round is simulated unless `simulated_rounds` says otherwise.
+ROUNDS = 10
+SIMULATED_ROUNDS = 10
 
 
 def read_rows(path) -> pd.DataFrame:
