@@ -90,8 +90,8 @@ def test_the_rounds_beyond_the_simulated_ones_repeat_the_steady_state(tmp_path):
     path = write(tmp_path, agg(conc=8, isl=2048, osl=32, tp=4), agg(conc=32, isl=1024, osl=48),
                  agg(backend="trtllm", conc=16, isl=4096, osl=40, tp=8))
     for row in read_rows(path).to_dict("records"):
-        short = np.array(replay(row, simulated_rounds=8))
-        full = np.array(replay(row, simulated_rounds=50))
+        short = np.array(replay(row, rounds=50, simulated_rounds=8))
+        full = np.array(replay(row, rounds=50, simulated_rounds=50))
         assert short == pytest.approx(full, rel=0.03)
 
 
