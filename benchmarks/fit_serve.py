@@ -97,8 +97,7 @@ def main() -> int:
     names = args.only or list(SPACE)
     with Processes(args.jobs) as backend:
         def score(values: dict) -> float:
-            table = cases(rows, backend, args.engine, values, rounds=args.rounds,
-                          simulated_rounds=args.rounds)
+            table = cases(rows, backend, args.engine, values, rounds=args.rounds)
             return objective(table, args.tpot_weight)[0]
         best = score(current)
         print(f"start {best:.4f}", file=sys.stderr)

@@ -362,7 +362,7 @@ def cmd_bench_serve(args) -> int:
         rows = rows.iloc[:args.limit]
     overrides = engine_overrides(args.set or [])
     with _backend(args) as backend, _progress(len(rows), args.quiet) as bar:
-        table = cases(rows, backend, args.engine, overrides, args.rounds, args.simulated_rounds,
+        table = cases(rows, backend, args.engine, overrides, args.rounds,
                       on_done=lambda _i, _r: bar.update(1))
     if args.cases:
         table.to_csv(args.cases, index=False)
@@ -592,8 +592,6 @@ def parser() -> Parser:
     bs.add_argument("--rounds", type=int, default=10, metavar="R",
                     help="measured requests per client in the benchmark that produced the rows "
                     "(10, fitted to the bundled rows)")
-    bs.add_argument("--simulated-rounds", type=int, default=10, metavar="K",
-                    help="rounds simulated; later ones repeat the last steady ones (10)")
     bs.add_argument("--limit", type=int, metavar="N", help="only the first N rows")
     bs.add_argument("--cases", metavar="OUT.csv", help="write every row with its prediction")
     bs.add_argument("--check", metavar="PINS.json", help="exit 1 if a median error rises more than "

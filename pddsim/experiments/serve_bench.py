@@ -11,9 +11,9 @@ Each row the catalogs can represent becomes a scenario (`scenario`) and is repla
 benchmark that produced it: N closed-loop clients (`workload.synthetic.kind: benchmark`), a
 warm-up of 2N requests drained before the measured phase, which then starts with every client at
 once, as aiperf's benchmark scripts run it. The measured phase is `rounds` x N requests (ROUNDS
-says why 10); with fewer `simulated_rounds` the rounds beyond them take the mean of the last
-steady ones (the load repeats itself by then; `tests/test_serve_bench.py` checks the shortcut
-against a full replay). Rows that cannot be represented are counted by reason, never dropped.
+says why 10), every one simulated: the load takes many rounds to settle (jittered clients drift
+out of the cohorts the first burst forms), so no round stands for the others. Rows that cannot be
+represented are counted by reason, never dropped.
 
 The report gives the median absolute % error and the median predicted/measured ratio of mean TTFT
 and mean TPOT, overall and by model, GPU, backend, agg/disagg and concurrency band, beside the
@@ -59,9 +59,8 @@ GROUPS = ("model", "gpu", "backend", "mode", "band")
 # Measured requests per client. FITTED: aiconfigurator's benchmark template sends 50 x concurrency
 # requests, but the fit rows' TTFTs rise with concurrency as a measured phase of ~10 rounds
 # does (its first round is a burst of every client at once); of 5, 10, 20 and 50, 10 explains
-# them best. Every round is simulated unless `simulated_rounds` says otherwise.
+# them best.
 ROUNDS = 10
-SIMULATED_ROUNDS = 10
 
 
 def read_rows(path) -> pd.DataFrame:
@@ -140,7 +139,7 @@ def concurrency(row: dict) -> int:
 
 
 def scenario(row: dict, engine: str | None = None, overrides: dict | None = None,
-             simulated_rounds: int = SIMULATED_ROUNDS) -> Config:
+             rounds: int = ROUNDS) -> Config:
     """The deployment and benchmark a measured row describes, under `engine` (default: the
     engine named like the row's backend) with `overrides` of its constants. Raises _Skip for a
     row the catalogs or the layout rules cannot represent."""
@@ -192,36 +191,28 @@ def scenario(row: dict, engine: str | None = None, overrides: dict | None = None
         "batching": {k: v for k, v in (overrides or {}).items() if k in ENGINE_BATCHING},
         "observe": {"sample_s": 0},
         "workload": {"synthetic": {"kind": "benchmark", "knobs": {
-            "concurrency": n, "isl": isl, "osl": osl, "requests": simulated_rounds * n}}},
+            "concurrency": n, "isl": isl, "osl": osl, "requests": rounds * n}}},
     }
     return from_dict(raw, f"line {row.get('line', '?')}")
 
 
 def replay(row: dict, engine: str | None = None, overrides: dict | None = None,
-           rounds: int = ROUNDS, simulated_rounds: int = SIMULATED_ROUNDS) -> tuple[float, float]:
-    """Predicted mean TTFT and mean TPOT (ms) of a row's measured phase of `rounds` rounds:
-    the simulated rounds as they ran, the rounds beyond them as the mean of the last steady ones
-    (the two before the last, whose drain the real benchmark's last round has too)."""
+           rounds: int = ROUNDS) -> tuple[float, float]:
+    """Predicted mean TTFT and mean TPOT (ms) of a row's measured phase of `rounds` rounds."""
     from pddsim.sim import load_workload, simulate
-    k = min(simulated_rounds, rounds)
-    cfg = scenario(row, engine, overrides, k)
+    cfg = scenario(row, engine, overrides, rounds)
     result = simulate(cfg, load_workload(cfg))
     done = result.requests[~result.requests["warmup"]]
     if (done["status"] != "completed").any():
         raise _Skip(f"requests failed in the replay: {done['failure'].iloc[0]}")
-    n = concurrency(row)
-    per_round = done.groupby(np.arange(len(done)) // n)[["ttft_s", "tpot_s"]].mean().to_numpy()
-    steady = per_round[max(k - 3, 0):max(k - 1, 1)].mean(axis=0)
-    total = per_round.sum(axis=0) + (rounds - k) * steady
-    ttft, tpot = 1e3 * total / rounds
-    return float(ttft), float(tpot)
+    return 1e3 * float(done["ttft_s"].mean()), 1e3 * float(done["tpot_s"].mean())
 
 
 def _case(shared: tuple, row: dict) -> dict:
     """One row replayed (a backend's work item): its prediction, or the reason it was skipped."""
-    engine, overrides, rounds, simulated_rounds = shared
+    engine, overrides, rounds = shared
     try:
-        ttft, tpot = replay(row, engine, overrides, rounds, simulated_rounds)
+        ttft, tpot = replay(row, engine, overrides, rounds)
         return {"predicted_ttft_ms": ttft, "predicted_tpot_ms": tpot, "skipped": ""}
     except _Skip as e:
         return {"skipped": str(e)}
@@ -234,10 +225,10 @@ def band(n: int) -> str:
 
 
 def cases(rows: pd.DataFrame, backend, engine: str | None = None, overrides: dict | None = None,
-          rounds: int = ROUNDS, simulated_rounds: int = SIMULATED_ROUNDS, on_done=None) -> pd.DataFrame:
+          rounds: int = ROUNDS, on_done=None) -> pd.DataFrame:
     """Every row with its prediction (or its skip reason) and errors."""
     items = rows.to_dict("records")
-    results = backend.map(_case, items, (engine, overrides, rounds, simulated_rounds), on_done)
+    results = backend.map(_case, items, (engine, overrides, rounds), on_done)
     out = rows.copy()
     extra = pd.DataFrame([r if isinstance(r, dict) else {"skipped": f"failed: {r.reason}"}
                           for r in results], index=out.index)
