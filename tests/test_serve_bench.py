@@ -3,7 +3,6 @@ benchmarks that produced them, compared and reported; and the figures pinned on 
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
