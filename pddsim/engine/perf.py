@@ -57,14 +57,6 @@ class PerfModel(Protocol):
     def decode_run(self, n: int, context: int, k: int) -> DecodeRun: ...
 
 
-def _requests(tokens, attn_pairs, decode_pairs, requests):
-    """The requests of an iteration the caller did not count: a decode serves one per token."""
-    if requests is not None:
-        return requests
-    return np.where((np.asarray(decode_pairs) >= np.asarray(attn_pairs)) & (np.asarray(attn_pairs) > 0),
-                    tokens, 1.0)
-
-
 class Roofline:
     """Roofline iteration time for `model` on `tp` x `dp` GPUs of type `gpu` served by `engine`:
     `dp` attention data-parallel ranks of `tp` tensor-parallel GPUs each, the routed experts spread
@@ -151,53 +143,65 @@ class Roofline:
         touches more routed experts as the batch grows."""
         return self.shared_s + self.routed_s * self.touched_share(tokens)
 
-    def imbalance(self, tokens):
+    def imbalance(self, tokens, mn=min):
         """How much more than its share the busiest expert-parallel group computes: the expected
         maximum of the groups' routed tokens over their mean (a normal approximation, at most all
-        of them on one group)."""
+        of them on one group). `mn`: the minimum of two scalars (builtin) or arrays (numpy's)."""
         if not self.imbalance_scale:
             return 1.0
-        return np.minimum(1.0 + np.sqrt(self.imbalance_scale / np.maximum(tokens, 1)), self.ep)
+        return mn(1.0 + (self.imbalance_scale / (tokens + (tokens < 1))) ** 0.5, self.ep)
 
-    def _routed_compute(self, tokens):
-        return self.imbalance(tokens) * (tokens * self.s_per_routed_token
-                                         + self.s_per_touched * self.touched_share(tokens))
+    def _routed_compute(self, tokens, mn=min):
+        return self.imbalance(tokens, mn) * (tokens * self.s_per_routed_token
+                                             + self.s_per_touched * self.touched_share(tokens))
 
-    def floor_s(self, requests, eager=True):
+    def _floor(self, requests, eager, mx):
+        cpu = self.cpu_s + requests * self.cpu_per_request
+        host = self.host_s * eager
+        floor = mx(host, cpu) if self.overlap else (host + cpu) * (host > 0)
+        return mx(floor, requests * self.stream_s)
+
+    def floor_s(self, requests: float, eager: bool = True) -> float:
         """The least an iteration of `requests` takes whatever its GPU work: the host's launches
         (eager iterations; the CPU work adds to them unless overlapped), the overlapped CPU
         work, the front end's streaming."""
-        cpu = self.cpu_s + requests * self.cpu_per_request
-        host = np.where(eager, self.host_s, 0.0) if self.host_s else 0.0
-        floor = np.maximum(host, cpu) if self.overlap else np.where(host > 0, host + cpu, 0.0)
-        return np.maximum(floor, requests * self.stream_s)
+        return self._floor(requests, eager, max)
+
+    def _time(self, tokens, attn_pairs, kv, decode_pairs, requests, mx, mn):
+        """One formula for a single iteration (builtin `mx`, `mn`: the hot path stays scalar) and
+        for arrays of them (numpy's)."""
+        eager = 1 - (decode_pairs >= attn_pairs) * (tokens <= self.graph_max_batch)
+        prefill_pairs, attended = attn_pairs - decode_pairs, kv
+        if self.cap:      # each query attends to at most `cap` tokens (every token a query at most)
+            prefill_pairs = mn(prefill_pairs, tokens * self.cap)
+            decode_pairs = mn(decode_pairs, requests * self.cap)
+            attended = mn(kv, requests * self.cap)
+        compute = (tokens * self.s_per_token + requests * self.s_per_sample
+                   + self._routed_compute(tokens, mn)
+                   + prefill_pairs * self.s_per_prefill_pair + decode_pairs * self.s_per_decode_pair
+                   + attn_pairs * self.s_per_index_pair)
+        memory = (self.weights_read_s(tokens) + attended * self.s_per_kv_token
+                  + kv * self.s_per_index_kv + requests * self.s_per_request)
+        cpu = 0.0 if self.overlap else requests * self.cpu_per_request
+        t = mx(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s + cpu
+        return mx(t, self._floor(requests, eager, mx))
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
                   decode_pairs: float = 0.0, requests: float | None = None) -> float:
         """Time of one iteration (see PerfModel)."""
-        return float(self.iterations(tokens, attn_pairs, kv_tokens_read, decode_pairs, requests))
+        if requests is None:
+            requests = tokens if decode_pairs >= attn_pairs > 0 else 1
+        return float(self._time(tokens, attn_pairs, kv_tokens_read, decode_pairs, requests, max, min))
 
     def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0,
                    requests=None) -> np.ndarray:
         """Many independent iterations at once."""
         tokens = np.asarray(tokens, dtype=float)
-        attn_pairs, decode_pairs = np.asarray(attn_pairs), np.asarray(decode_pairs)
-        requests = np.asarray(_requests(tokens, attn_pairs, decode_pairs, requests), dtype=float)
-        kv = np.asarray(kv_tokens_read, dtype=float)
-        prefill_pairs, attended_kv = attn_pairs - decode_pairs, kv
-        if self.cap:      # each query attends to at most `cap` tokens (every token a query at most)
-            prefill_pairs = np.minimum(prefill_pairs, tokens * self.cap)
-            decode_pairs = np.minimum(decode_pairs, requests * self.cap)
-            attended_kv = np.minimum(kv, requests * self.cap)
-        compute = (tokens * self.s_per_token + requests * self.s_per_sample + self._routed_compute(tokens)
-                   + prefill_pairs * self.s_per_prefill_pair + decode_pairs * self.s_per_decode_pair
-                   + attn_pairs * self.s_per_index_pair)
-        memory = (self.weights_read_s(tokens) + attended_kv * self.s_per_kv_token
-                  + kv * self.s_per_index_kv + requests * self.s_per_request)
-        cpu = 0.0 if self.overlap else requests * self.cpu_per_request
-        t = np.maximum(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s + cpu
-        eager = ~((decode_pairs >= attn_pairs) & (tokens <= self.graph_max_batch))
-        return np.maximum(t, self.floor_s(requests, eager))
+        attn_pairs, decode_pairs = np.asarray(attn_pairs, dtype=float), np.asarray(decode_pairs, dtype=float)
+        if requests is None:
+            requests = np.where((decode_pairs >= attn_pairs) & (attn_pairs > 0), tokens, 1.0)
+        return self._time(tokens, attn_pairs, np.asarray(kv_tokens_read, dtype=float), decode_pairs,
+                          np.asarray(requests, dtype=float), np.maximum, np.minimum)
 
     def decode_run(self, n: int, context: int, k: int) -> LinearRun | FlooredRun:
         """k decode iterations of n requests holding `context` KV tokens at the first, growing by
@@ -218,7 +222,7 @@ class Roofline:
                   + n * self.s_per_request, growth * self.s_per_kv_token + n * self.s_per_index_kv)
         cpu = 0.0 if self.overlap else n * self.cpu_per_request
         run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s + cpu, k)
-        floor = float(self.floor_s(n, n > self.graph_max_batch))
+        floor = self.floor_s(n, n > self.graph_max_batch)
         return FlooredRun(run, floor) if run.first_s < floor else run
 
 
