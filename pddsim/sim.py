@@ -23,6 +23,7 @@ from pddsim.engine.request import Request
 from pddsim.errors import InputError, InvariantError
 from pddsim.metrics import Recorder, summarize
 from pddsim.sessions import session_summary, session_table
+from pddsim.stationary import steady_summary
 from pddsim.system.deployment import build, check_fits
 from pddsim.system.faults import STALLED, FaultInjector
 from pddsim.system.pdd import PDD
@@ -237,6 +238,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     summary = summarize(measured, instances, system=cfg.name, sim_duration_s=span,
                         cost_per_hour=cost_per_hour(cfg), wall_s=time.perf_counter() - wall0)
     summary["warmup_requests"] = workload.warmup
+    summary.update(steady_summary(measured))
     summary.update(revenue_summary(measured, cfg, span, summary["cost_per_hour"]))
     summary.update(utilization_summary(instances, links))
     summary.update(session_summary(sessions))
