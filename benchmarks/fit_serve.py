@@ -7,9 +7,9 @@ How: the file's rows of the engine's backend that the catalogs can represent, ea
 of mean TTFT plus `--tpot-weight` times that of mean TPOT, each capped at log 4 so that a few rows
 the model cannot represent do not steer the rest; the objective is the mean over models of their
 rows' mean loss, so every model counts alike. Coordinate descent from the engine's current
-profile: each constant in turn is moved by a factor (continuous ones within physical bounds) or
-set to each of its choices (policies), a move kept when it lowers the objective, the factor halved
-when no constant moves. The fitted profile is printed as YAML; `pddsim bench serve` then reports
+profile: each continuous constant in turn is moved by a factor for as long as that lowers the
+objective (a line search each way, within physical bounds), each policy set to each of its
+choices; the factor is halved after a pass that moves nothing. The fitted profile is printed as YAML; `pddsim bench serve` then reports
 its errors on every row.
 """
 from __future__ import annotations
@@ -101,29 +101,35 @@ def main() -> int:
             return objective(table, args.tpot_weight)[0]
         best = score(current)
         print(f"start {best:.4f}", file=sys.stderr)
-        step = 1.3
+        step = 1.5
         for _ in range(args.passes):
             moved = False
             for name in names:
                 space = SPACE[name]
-                if len(space) == 2 and isinstance(space[0], float):
-                    lo, hi = space
-                    value = current[name]
-                    tries = [min(hi, max(lo, value * f)) for f in (step, 1 / step)]
-                    if value == 0:
-                        tries = [min(hi, lo + (hi - lo) * 0.05)]
-                    tries = [round(t, 4) for t in tries if t != value]
-                else:
-                    tries = [c for c in space if c != current[name]]
-                for t in tries:
-                    s = score({**current, name: t})
-                    if s < best - 1e-4:
+                continuous = len(space) == 2 and isinstance(space[0], float)
+                if not continuous:                     # a choice: try each
+                    for t in [c for c in space if c != current[name]]:
+                        s = score({**current, name: t})
+                        if s < best - 1e-4:
+                            best, current[name], moved = s, t, True
+                            print(f"  {name} = {t}  -> {best:.4f}", file=sys.stderr)
+                    continue
+                lo, hi = space
+                for factor in (step, 1 / step):        # a line search each way
+                    while True:
+                        value = current[name]
+                        t = lo + (hi - lo) * 0.05 if value == 0 else min(hi, max(lo, value * factor))
+                        t = round(t, 4)
+                        if t == value:
+                            break
+                        s = score({**current, name: t})
+                        if s >= best - 1e-4:
+                            break
                         best, current[name], moved = s, t, True
                         print(f"  {name} = {t}  -> {best:.4f}", file=sys.stderr)
-                        break
             if not moved:
                 step = 1 + (step - 1) / 2
-                if step < 1.04:
+                if step < 1.05:
                     break
     print(f"# {args.engine}: objective {best:.4f} on {len(rows)} deployments")
     print(f"{args.engine}:")
