@@ -264,7 +264,7 @@ class EngineProfile(Strict, frozen=True):
     reserve_share: float = Field(
         1.0, ge=0, le=1, description="reserve admission: share of a request's output reserved "
         "at admission (1: its whole length, never preempting; less: decoders outgrowing their "
-        "reservations preempt the newest, as under optimistic admission)")
+        "reservations preempt the newest, after which the engine reserves whole lengths)")
     memory_rule: Literal["total", "free"] = Field(
         "total", description="how batching.memory_utilization applies: a share of the HBM "
         "(weights and activations inside it), or of what weights and activations leave free")

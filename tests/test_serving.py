@@ -164,3 +164,16 @@ def test_kv_capacity_follows_the_engines_memory_rule_and_the_layout(make_config)
     rank = 4 * 192e9 * 0.9 - (17e9 + 654e9 * 4 / 8) - 16e9
     assert tokens("total", "deepseek-v3", tp=4, dp=2, gpu="b200") == \
         2 * (int(rank // (70_272 / 2 * 4)) // 16 * 16)
+
+
+def test_a_reserving_engine_that_preempted_reserves_whole_lengths_from_then_on(make_config):
+    """Reserving a third of each output lets three 600 + 600 requests into 2,448 tokens; they
+    outgrow it, the newest is preempted once, and from then on whole lengths are reserved: one
+    preemption, not one per readmission."""
+    from tests.test_instance import utilization_for
+    knobs = {"concurrency": 3, "isl": 600, "osl": 600, "requests": 9, "warmup": 0}
+    result = run(bench_config(make_config, knobs, perf__admission="reserve", perf__reserve_share=0.3,
+                              batching={"memory_utilization": utilization_for(2448),
+                                        "kv_block_tokens": 16}))
+    assert result.instances["preemptions"].iloc[0] == 1
+    assert (result.requests["status"] == "completed").all()

@@ -436,8 +436,7 @@ class Instance:
             if req.needs_lookup:
                 self._lookup_prefix(req)
             need = ceil_div(req.context + req.prefill_left, self.block) * self.block
-            whole = need if not self.reserve else self.block * ceil_div(
-                req.context + req.prefill_left + ceil(self.reserve_share * req.decode_left), self.block)
+            whole = self._whole(req) if self.reserve else need
             running = len(self.prefilling) + len(self._decoders) + self._loading
             pinned = self._pool_share(req)    # in the pool already, as cached blocks
             if need > self.capacity or (self.reserve and whole > self.capacity):   # can never fit
@@ -475,6 +474,12 @@ class Instance:
                 req.reserved = 0
                 self._join_decoding(req)
                 self._joined.append(req)
+
+    def _whole(self, req: Request) -> int:
+        """KV blocks (in tokens) reserve admission keeps for `req`: its context and prompt, and
+        `reserve_share` of the output it has still to make (fields as of its admission)."""
+        return self.block * ceil_div(req.context + req.prefill_left
+                                     + ceil(self.reserve_share * req.decode_left), self.block)
 
     def _dequeue(self) -> Request:
         req = self.waiting.popleft()
@@ -748,3 +753,10 @@ class Instance:
         self.pending_prefill_tokens += victim.prefill_left
         self.waiting_tokens += victim.prefill_left
         self.waiting.appendleft(victim)
+        # a reserving engine that had to preempt reserves whole lengths from now on, for what it
+        # has admitted too (SGLang raises its new-token ratio after a retraction): the victim waits
+        # until there is room for all of it, so it does not preempt again and again
+        if self.reserve and self.reserve_share < 1.0:
+            self.reserve_share = 1.0
+            self._promises = {r: self._whole(r) for r in self._promises}
+            self._promised = sum(self._promises.values())
