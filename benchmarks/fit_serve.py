@@ -9,8 +9,8 @@ the model cannot represent do not steer the rest; the objective is the mean over
 rows' mean loss, so every model counts alike. Coordinate descent from the engine's current
 profile: each continuous constant in turn is moved by a factor for as long as that lowers the
 objective (a line search each way, within physical bounds), each policy set to each of its
-choices; the factor is halved after a pass that moves nothing. The fitted profile is printed as YAML; `pddsim bench serve` then reports
-its errors on every row.
+choices; the factor is halved after a pass that moves nothing. The fitted profile is printed as
+YAML; `pddsim bench serve` then reports its errors on every row.
 """
 from __future__ import annotations
 
@@ -37,11 +37,12 @@ SPACE = {
     "allreduce_step_us": (0.0, 10.0), "alltoall_us": (0.0, 300.0), "stream_us": (0.0, 200.0),
     "frontend_ms": (0.0, 300.0), "frontend_jitter_ms": (0.0, 200.0), "activation_gb": (0.0, 40.0),
     "memory_utilization": (0.6, 0.97),
-    "reserve_share": (0.0, 1.0),
+    "reserve_share": (0.0, 1.0), "eager_moe_layer_us": (0.0, 10000.0),
+    "host_layer_us": (0.0, 3000.0),
     "token_budget": (1024, 2048, 4096, 8192, 16384, 32768, 65536),
     "overlap": (False, True), "scheduler": ("mixed", "prefill_first"),
     "admission": ("optimistic", "reserve"), "chunk_packing": ("packed", "whole"),
-    "memory_rule": ("total", "free"),
+    "memory_rule": ("total", "free"), "graph_max_batch": (0, 64, 128, 256, 512, 1024),
 }
 CAP = math.log(4.0)
 

@@ -240,6 +240,10 @@ class EngineProfile(Strict, frozen=True):
     host_layer_us: HostLaunchUs = Field(
         0.0, description="host time to launch one layer's kernels, us, in iterations launched "
         "eagerly: their GPU work cannot take less than layers x this. One figure, or one per GPU")
+    eager_moe_layer_us: float = Field(
+        0.0, ge=0, description="MoE: fixed time of each MoE layer in an iteration launched eagerly "
+        "(routing, token permutation, grouped-GEMM setup and their launches), us; captured decode "
+        "graphs do not pay it")
     graph_max_batch: int = Field(
         0, ge=0, description="decode-only iterations of at most this many requests replay a "
         "captured CUDA graph (no launch floor); 0: every iteration is launched eagerly")

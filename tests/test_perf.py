@@ -444,3 +444,13 @@ def test_sparse_attention_attends_at_most_its_cap_and_indexes_every_token():
     assert far - near < dense.iteration(n, 4 * 60000, 4 * 60000, 4 * 60000) - dense.iteration(
         n, 4 * 3000, 4 * 3000, 4 * 3000)
     assert glm.served(kv="fp8").kv_bytes_per_token == pytest.approx(89_856 / 2 + 10_296)
+
+
+def test_eager_iterations_pay_each_moe_layers_fixed_cost():
+    dsv3 = bare("deepseek-v3")
+    engine = IDEAL.model_copy(update={"eager_moe_layer_us": 1000, "graph_max_batch": 64})
+    p, plain = Roofline(dsv3, H100, 8, engine), Roofline(dsv3, H100, 8, IDEAL)
+    assert p.iteration(1024, 1024 * 512, 0) - plain.iteration(1024, 1024 * 512, 0) == pytest.approx(0.058)
+    assert p.iteration(32, 32 * 100, 32 * 100, 32 * 100) == plain.iteration(32, 32 * 100, 32 * 100, 32 * 100)
+    assert p.decode_run(128, 128 * 100, 3).total_s - plain.decode_run(128, 128 * 100, 3).total_s == \
+        pytest.approx(3 * 0.058)

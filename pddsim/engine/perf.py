@@ -124,6 +124,7 @@ class Roofline:
         # shrink with more GPUs. A decode iteration of at most `graph_max_batch` requests replays
         # a captured graph instead (no floor).
         self.host_s = engine.host_layer_s(gpu.name) * model.layers
+        self.eager_moe_s = engine.eager_moe_layer_us / 1e6 * model.moe_layers
         self.graph_max_batch = engine.graph_max_batch
         self.stream_s = engine.stream_us / 1e6
 
@@ -183,7 +184,8 @@ class Roofline:
         memory = (self.weights_read_s(tokens) + attended * self.s_per_kv_token
                   + kv * self.s_per_index_kv + requests * self.s_per_request)
         cpu = 0.0 if self.overlap else requests * self.cpu_per_request
-        t = mx(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s + cpu
+        t = (mx(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s + cpu
+             + self.eager_moe_s * eager)
         return mx(t, self._floor(requests, eager, mx))
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
@@ -221,8 +223,10 @@ class Roofline:
         memory = (self.weights_read_s(n) + attended * self.s_per_kv_token + context * self.s_per_index_kv
                   + n * self.s_per_request, growth * self.s_per_kv_token + n * self.s_per_index_kv)
         cpu = 0.0 if self.overlap else n * self.cpu_per_request
-        run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s + cpu, k)
-        floor = self.floor_s(n, n > self.graph_max_batch)
+        eager = n > self.graph_max_batch
+        run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s + cpu
+                        + self.eager_moe_s * eager, k)
+        floor = self.floor_s(n, eager)
         return FlooredRun(run, floor) if run.first_s < floor else run
 
 
