@@ -53,10 +53,22 @@ class GpuSpec(Strict, frozen=True):
         return {"fp8": self.fp8_tflops, "fp4": self.fp4_tflops or 0.0,
                 "bf16": self.bf16_tflops}[self.matmul_dtype(weights)]
 
-    def link_GBps(self, gpus: int, scale_up_GBps: float) -> float:
-        """Per-GPU bandwidth of a collective over `gpus` GPUs: `scale_up_GBps` inside the NVLink
-        domain, the scale-out NIC once the group spans domains."""
-        return scale_up_GBps if gpus <= self.nvlink_domain else min(scale_up_GBps, self.nic_gbps / 8)
+    def allreduce_s_per_byte(self, gpus: int) -> float:
+        """Seconds per payload byte of one all-reduce over `gpus` GPUs. Inside the NVLink domain a
+        ring at the measured bus bandwidth; past it hierarchical, as NCCL runs it with a NIC per
+        GPU (one ring per NIC): reduce-scatter inside each domain, each GPU's 1/d share all-reduced
+        across the domains over its own NIC, all-gather back."""
+        d = min(gpus, self.nvlink_domain)
+        domains = gpus / d
+        inside = 2 * (d - 1) / d / (self.allreduce_bus_gbps * 1e9)
+        return inside + 2 * (domains - 1) / domains / d / (self.nic_gbps / 8 * 1e9)
+
+    def alltoall_s_per_byte(self, gpus: int) -> float:
+        """Seconds per byte a GPU dispatches in an all-to-all spread evenly over `gpus` GPUs: the
+        share bound for its own NVLink domain over NVLink, the rest over its NIC at the same time."""
+        d = min(gpus, self.nvlink_domain)
+        inside = (d - 1) / gpus / (self.interconnect_gbps * 1e9)
+        return max(inside, (gpus - d) / gpus / (self.nic_gbps / 8 * 1e9))
 
 
 class ModelSpec(Strict, frozen=True):

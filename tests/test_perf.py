@@ -357,6 +357,25 @@ def test_expert_parallel_all_to_alls():
     assert ep.iteration(t, 0, 0) - base.iteration(t, 0, 0) == pytest.approx(payload + 2 * 58 * 20e-6)
 
 
+def test_collectives_past_the_nvlink_domain_cross_each_gpus_nic():
+    """An all-reduce over two H100 nodes is hierarchical: the in-node ring on the full payload,
+    then each GPU's 1/8 across the nodes over its own 400 Gbit/s NIC; an all-to-all over 16 GPUs
+    sends 7/16 of its bytes over NVLink and 8/16 over the NIC at once. Both cost more than inside
+    one node and far less than a flat ring at the NIC's rate; a faster NIC never slows them."""
+    inside = 2 * 7 / 8 / 360e9
+    assert H100.allreduce_s_per_byte(8) == pytest.approx(inside)
+    assert H100.allreduce_s_per_byte(16) == pytest.approx(inside + 2 * (1 / 2) / 8 / 50e9)
+    assert H100.allreduce_s_per_byte(16) < 2 * 15 / 16 / 50e9
+    assert H100.alltoall_s_per_byte(8) == pytest.approx(7 / 8 / 450e9)
+    assert H100.alltoall_s_per_byte(16) == pytest.approx(8 / 16 / 50e9)
+    faster = H100.model_copy(update={"nic_gbps": 800})
+    for gpus in (1, 8, 16, 32, 64):
+        assert faster.allreduce_s_per_byte(gpus) <= H100.allreduce_s_per_byte(gpus)
+        assert faster.alltoall_s_per_byte(gpus) <= H100.alltoall_s_per_byte(gpus)
+        assert H100.allreduce_s_per_byte(gpus) <= H100.allreduce_s_per_byte(2 * gpus)
+    assert H100.allreduce_s_per_byte(1) == H100.alltoall_s_per_byte(1) == 0.0
+
+
 def test_overlapped_cpu_work_bounds_the_iteration_instead_of_adding():
     added = roofline(8, overhead_ms=3, seq_us=50)
     overlapped = roofline(8, overhead_ms=3, seq_us=50, overlap=True)

@@ -100,18 +100,16 @@ class Roofline:
         self.shared_s = (model.shared_weight_bytes - lookup) / tp / bytes_per_s
         self.routed_s = model.routed_params * DTYPE_BYTES[model.routed_dtype] / gpus / bytes_per_s
         self.pick_share = model.routed_pick_share
-        # two all-reduces per layer within a rank; a ring moves 2(n-1)/n of the payload over one
-        # direction of each GPU's link at the measured bus bandwidth, in 2(n-1) latency-bound steps
+        # two all-reduces per layer within a rank (GpuSpec.allreduce_s_per_byte: a ring inside the
+        # NVLink domain, hierarchical past it), in 2(n-1) latency-bound steps
         allreduces = 2 * model.layers
-        ring_Bps = gpu.link_GBps(tp, gpu.allreduce_bus_gbps) * 1e9
-        self.comm_s_per_token = (0.0 if tp == 1 else allreduces * 2 * (tp - 1) / tp
-                                 * model.hidden_size * ACT_BYTES / ring_Bps / dp)
+        self.comm_s_per_token = (allreduces * model.hidden_size * ACT_BYTES
+                                 * gpu.allreduce_s_per_byte(tp) / dp)
         latency_s = (engine.allreduce_base_us + engine.allreduce_step_us * 2 * (tp - 1)) / 1e6
         comm_fixed = 0.0 if tp == 1 else allreduces * latency_s
         if ep > 1 and model.moe_layers:     # a dispatch and a combine per MoE layer
-            a2a_Bps = gpu.link_GBps(gpus, gpu.interconnect_gbps) * 1e9
             self.comm_s_per_token += (2 * model.moe_layers * model.experts_per_token * model.hidden_size
-                                      * ACT_BYTES * (ep - 1) / ep / gpus / a2a_Bps)
+                                      * ACT_BYTES * gpu.alltoall_s_per_byte(ep) / gpus)
             comm_fixed += 2 * model.moe_layers * engine.alltoall_us / 1e6
         # the engine's CPU work per iteration: added to the GPU's, or (overlapped) bounding it
         self.cpu_s, self.cpu_per_request = engine.overhead_ms / 1e3, engine.seq_us / 1e6
