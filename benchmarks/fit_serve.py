@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,8 @@ SPACE = {
     "grouped_gemm": (0.1, 1.0), "expert_tokens_half": (0.0, 1024.0),
     "overhead_ms": (0.0, 30.0), "seq_us": (0.0, 300.0), "allreduce_base_us": (0.0, 60.0),
     "allreduce_step_us": (0.0, 10.0), "alltoall_us": (0.0, 300.0), "stream_us": (0.0, 200.0),
-    "frontend_ms": (0.0, 300.0), "frontend_jitter_ms": (0.0, 200.0), "activation_gb": (0.0, 40.0),
+    "frontend_ms": (0.0, 300.0), "frontend_serial_ms": (0.0, 50.0),
+    "frontend_jitter_ms": (0.0, 200.0), "activation_gb": (0.0, 40.0),
     "memory_utilization": (0.6, 0.97),
     "reserve_share": (0.0, 1.0), "eager_moe_layer_us": (0.0, 10000.0),
     "host_layer_us": (0.0, 3000.0),
@@ -100,8 +102,9 @@ def main() -> int:
         def score(values: dict) -> float:
             table = cases(rows, backend, args.engine, values, rounds=args.rounds)
             return objective(table, args.tpot_weight)[0]
+        t0 = time.perf_counter()
         best = score(current)
-        print(f"start {best:.4f}", file=sys.stderr)
+        print(f"start {best:.4f} ({time.perf_counter() - t0:.0f} s an evaluation)", file=sys.stderr)
         step = 1.5
         for _ in range(args.passes):
             moved = False
@@ -113,7 +116,8 @@ def main() -> int:
                         s = score({**current, name: t})
                         if s < best - 1e-4:
                             best, current[name], moved = s, t, True
-                            print(f"  {name} = {t}  -> {best:.4f}", file=sys.stderr)
+                            print(f"  {name} = {t}  -> {best:.4f}  [{time.perf_counter() - t0:.0f} s]",
+                                  file=sys.stderr)
                     continue
                 lo, hi = space
                 for factor in (step, 1 / step):        # a line search each way
@@ -127,7 +131,8 @@ def main() -> int:
                         if s >= best - 1e-4:
                             break
                         best, current[name], moved = s, t, True
-                        print(f"  {name} = {t}  -> {best:.4f}", file=sys.stderr)
+                        print(f"  {name} = {t}  -> {best:.4f}  [{time.perf_counter() - t0:.0f} s]",
+                              file=sys.stderr)
             if not moved:
                 step = 1 + (step - 1) / 2
                 if step < 1.05:

@@ -265,6 +265,10 @@ class EngineProfile(Strict, frozen=True):
     frontend_ms: float = Field(
         0.0, ge=0, description="time a request spends outside the engine before its first token "
         "reaches the user (HTTP, tokenisation, routing, streaming the first token back)")
+    frontend_serial_ms: float = Field(
+        0.0, ge=0, description="time of a request's work in the engine's one serving process "
+        "(HTTP parsing, tokenisation, scheduling it in), one request after another: requests "
+        "sent together reach the engine this far apart")
     frontend_jitter_ms: float = Field(
         0.0, ge=0, description="mean of a random extra front-end time per request (exponential, "
         "seeded): requests sent together reach the engine apart, as real front ends' "

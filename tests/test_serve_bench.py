@@ -20,9 +20,11 @@ EMPTY_DISAGG = "," * 14              # the 14 prefill_* and decode_* fields
 
 
 def agg(model="meta-llama/Llama-3.1-70B", system="h100_sxm", backend="vllm", conc=4, isl=512,
-        osl=64, tp=8, pp=1, adp=1, moe_tp=1, moe_ep=1, ttft=100.0, tpot=10.0, quant="fp8"):
+        osl=64, tp=8, pp=1, adp=1, moe_tp=1, moe_ep=1, ttft=100.0, tpot=10.0, quant="fp8",
+        batch=None):
     return (f"r,src; silicon_concurrency={conc},{backend},1,{model},{system},{quant},agg,{isl},{osl},"
-            f"{quant},{quant},{conc},{tp},{pp},{adp},{moe_tp},{moe_ep},{EMPTY_DISAGG}{ttft},{tpot}")
+            f"{quant},{quant},{conc if batch is None else batch},{tp},{pp},{adp},{moe_tp},{moe_ep},"
+            f"{EMPTY_DISAGG}{ttft},{tpot}")
 
 
 def disagg(conc=8, isl=512, osl=32, ttft=200.0, tpot=12.0, workers=1):
@@ -56,6 +58,18 @@ def test_mla_past_one_node_is_read_as_attention_data_parallel(tmp_path):
                                          tp=72, moe_tp=72)))
     group = scenario(rows.iloc[0].to_dict()).clusters["a"].instances[0]
     assert (group.tp, group.dp, group.ep, group.max_batch) == (1, 72, 72, 512)
+
+
+def test_a_per_rank_batch_cap_without_a_dp_size_is_read_as_attention_data_parallel(tmp_path):
+    """TensorRT-LLM's attention DP recorded with a blank attention_dp_size: a cap of 10 per rank
+    on 8 GPUs for 80 clients is 8 ranks of 10, not one rank queueing 70 clients; with the DP
+    size given (or the cap covering the clients) the row is read as it stands."""
+    rows = read_rows(write(tmp_path, *(agg("deepseek-ai/DeepSeek-R1", "b200_sxm", "trtllm", conc=80,
+                                           tp=8, adp=adp, moe_tp=1, moe_ep=8, batch=batch)
+                                       for adp, batch in (("", 10), (1, 10), ("", 80)))))
+    groups = [scenario(r).clusters["a"].instances[0] for r in rows.to_dict("records")]
+    assert [(g.tp, g.dp, g.ep, g.max_batch) for g in groups] == [
+        (1, 8, 8, 80), (8, 1, 8, 10), (8, 1, 8, 80)]
 
 
 def test_rows_that_cannot_be_represented_are_counted_by_reason(tmp_path):

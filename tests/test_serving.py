@@ -92,6 +92,18 @@ def test_the_front_end_adds_its_time_before_the_engine_sees_a_request(make_confi
     assert fronted[stages].sum(axis=1).to_numpy() == pytest.approx(fronted["ttft_s"].to_numpy())
 
 
+def test_the_serving_process_takes_requests_sent_together_one_at_a_time(make_config):
+    """Four clients start at once: the k-th request's turn in the serving process comes after
+    k - 1 others' (frontend_serial_ms each), then frontend_ms; one client alone never queues."""
+    knobs = {"concurrency": 4, "isl": 50, "osl": 2, "requests": 4, "warmup": 0}
+    df = run(bench_config(make_config, knobs, perf__frontend_serial_ms=30,
+                          perf__frontend_ms=5)).requests
+    assert sorted(df["ttft_frontend_s"]) == pytest.approx([0.035, 0.065, 0.095, 0.125])
+    alone = run(bench_config(make_config, {**knobs, "concurrency": 1}, perf__frontend_serial_ms=30,
+                             perf__frontend_ms=5)).requests
+    assert alone["ttft_frontend_s"].to_numpy() == pytest.approx([0.035] * 4)
+
+
 def test_reserve_admission_waits_for_the_whole_length_and_never_preempts(make_config):
     """KV for 2,448 tokens; each request needs 600 + 600. Optimistic admission takes all three
     prompts (1,824 tokens in 16-token blocks) and must preempt as they grow; a no-evict engine

@@ -101,9 +101,15 @@ def _number(row: dict, key: str) -> float | None:
     return value if np.isfinite(value) else None
 
 
-def _layout(row: dict, prefix: str, model: catalog.ModelSpec) -> dict:
+def _layout(row: dict, prefix: str, model: catalog.ModelSpec, clients: int = 0) -> dict:
     """A worker's layout: `tp` GPUs per attention rank, `dp` ranks, experts over `ep` (0 or
     blank: 1), and its batch cap (the source gives it per attention rank).
+
+    An aggregated worker of `clients` clients whose attention_dp_size is blank and whose batch
+    cap times its tensor parallelism is the concurrency is read as attention data parallelism
+    over its GPUs (TensorRT-LLM's enable_attention_dp recorded without a DP size, the cap per
+    rank): read as one tensor-parallel rank, the cap would queue clients where the measured TTFT
+    shows none.
 
     An MLA model (one KV head) recorded at a tensor parallelism past one node (`tp_size` > 8,
     no attention DP) is read as attention data parallelism over those GPUs with the experts
@@ -118,9 +124,12 @@ def _layout(row: dict, prefix: str, model: catalog.ModelSpec) -> dict:
         raise _Skip("pipeline parallelism is not modelled")
     if model.experts and (get["moe_ep_size"] or get["moe_tp_size"]) and moe_tp * ep != tp * dp:
         raise _Skip("MoE layout does not cover the worker's GPUs (moe_tp x moe_ep != tp x dp)")
-    batch = int(get["batch_size"] or 0) * dp
+    per_rank = int(get["batch_size"] or 0)
+    if get["attention_dp_size"] is None and tp > 1 and clients == per_rank * tp != per_rank:
+        tp, dp = 1, tp
+    batch = per_rank * dp
     if model.kv_heads == 1 and tp > 8 and dp == 1:
-        tp, dp, ep, batch = 1, tp, tp, int(get["batch_size"] or 0)
+        tp, dp, ep, batch = 1, tp, tp, per_rank
     out = {"tp": tp, "dp": dp, "ep": ep if model.experts else 1, "count": int(get["num_workers"] or 1)}
     if batch:
         out["max_batch"] = batch
@@ -167,7 +176,7 @@ def scenario(row: dict, engine: str | None = None, overrides: dict | None = None
     mode = str(row["mode"]).strip()
     spec = catalog.model(model)
     if mode == "agg":
-        groups = [{"role": "colocated", **_layout(row, "", spec), "count": 1}]
+        groups = [{"role": "colocated", **_layout(row, "", spec, n), "count": 1}]
     elif mode == "disagg":
         try:
             counted = all(_number(row, f"{side}_num_workers") for side in ("prefill", "decode"))
