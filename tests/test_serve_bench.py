@@ -72,6 +72,12 @@ def test_a_per_rank_batch_cap_without_a_dp_size_is_read_as_attention_data_parall
         (1, 8, 8, 80), (8, 1, 8, 10), (8, 1, 8, 80)]
 
 
+def test_a_batch_cap_dividing_the_concurrency_is_that_many_workers(tmp_path):
+    rows = read_rows(write(tmp_path, agg(conc=64, tp=2, batch=16), agg(conc=64, tp=2, batch=24)))
+    groups = [scenario(r).clusters["a"].instances[0] for r in rows.to_dict("records")]
+    assert [(g.count, g.tp, g.max_batch) for g in groups] == [(4, 2, 16), (1, 2, 24)]
+
+
 def test_rows_that_cannot_be_represented_are_counted_by_reason(tmp_path):
     path = write(tmp_path, agg(), agg(model="acme/Unknown-1B"), agg(pp=2),
                  agg(model="deepseek-ai/DeepSeek-R1", system="b200_sxm", moe_tp=2, moe_ep=2),

@@ -176,7 +176,11 @@ def scenario(row: dict, engine: str | None = None, overrides: dict | None = None
     mode = str(row["mode"]).strip()
     spec = catalog.model(model)
     if mode == "agg":
-        groups = [{"role": "colocated", **_layout(row, "", spec, n), "count": 1}]
+        worker = _layout(row, "", spec, n)
+        cap = worker.get("max_batch", n)
+        # a cap that divides the concurrency it is below: that many workers behind the router,
+        # each at its cap (the measured TTFTs of such rows show no clients queued behind a cap)
+        groups = [{"role": "colocated", **worker, "count": n // cap if n > cap and n % cap == 0 else 1}]
     elif mode == "disagg":
         try:
             counted = all(_number(row, f"{side}_num_workers") for side in ("prefill", "decode"))
