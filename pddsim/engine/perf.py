@@ -125,6 +125,11 @@ class Roofline:
         self.eager_moe_s = engine.eager_moe_layer_us / 1e6 * model.moe_layers
         self.graph_max_batch = engine.graph_max_batch
         self.stream_s = engine.stream_us / 1e6
+        # hot-path shortcuts, exact: a dense model's expert terms are 0, and so is the floor of an
+        # engine with no launch floor, no overlapped CPU work and no streaming cost
+        self.moe = self.routed_s > 0
+        self.floored = bool(self.host_s or self.stream_s
+                            or (self.overlap and (self.cpu_s or self.cpu_per_request)))
 
     @classmethod
     def from_config(cls, model: ModelSpec, gpu: GpuSpec, tp: int, perf: Perf,
@@ -176,15 +181,16 @@ class Roofline:
             decode_pairs = mn(decode_pairs, requests * self.cap)
             attended = mn(kv, requests * self.cap)
         compute = (tokens * self.s_per_token + requests * self.s_per_sample
-                   + self._routed_compute(tokens, mn)
+                   + (self._routed_compute(tokens, mn) if self.moe else 0.0)
                    + prefill_pairs * self.s_per_prefill_pair + decode_pairs * self.s_per_decode_pair
                    + attn_pairs * self.s_per_index_pair)
-        memory = (self.weights_read_s(tokens) + attended * self.s_per_kv_token
-                  + kv * self.s_per_index_kv + requests * self.s_per_request)
+        memory = ((self.weights_read_s(tokens) if self.moe else self.shared_s)
+                  + attended * self.s_per_kv_token + kv * self.s_per_index_kv
+                  + requests * self.s_per_request)
         cpu = 0.0 if self.overlap else requests * self.cpu_per_request
         t = (mx(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s + cpu
              + self.eager_moe_s * eager)
-        return mx(t, self._floor(requests, eager, mx))
+        return mx(t, self._floor(requests, eager, mx)) if self.floored else t
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
                   decode_pairs: float = 0.0, requests: float | None = None) -> float:
@@ -215,16 +221,20 @@ class Roofline:
                 attended, growth = n * self.cap, 0
             else:
                 k = min(k, (n * self.cap - context) // n + 1)
-        compute = (n * (self.s_per_token + self.s_per_sample) + self._routed_compute(n)
+        moe = self.moe
+        compute = (n * (self.s_per_token + self.s_per_sample) + (self._routed_compute(n) if moe else 0.0)
                    + attended * self.s_per_decode_pair + context * self.s_per_index_pair,
                    growth * self.s_per_decode_pair + n * self.s_per_index_pair)
-        memory = (self.weights_read_s(n) + attended * self.s_per_kv_token + context * self.s_per_index_kv
+        weights = self.weights_read_s(n) if moe else self.shared_s
+        memory = (weights + attended * self.s_per_kv_token + context * self.s_per_index_kv
                   + n * self.s_per_request, growth * self.s_per_kv_token + n * self.s_per_index_kv)
         cpu = 0.0 if self.overlap else n * self.cpu_per_request
         eager = n > self.graph_max_batch
         run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s + cpu
                         + self.eager_moe_s * eager, k)
-        floor = self.floor_s(n, eager)
+        if not self.floored:
+            return run
+        floor = self._floor(n, eager, max)
         return FlooredRun(run, floor) if run.first_s < floor else run
 
 
