@@ -140,8 +140,7 @@ def main() -> int:
     print(f"# {args.engine}: objective {best:.4f} on {len(rows)} deployments")
     print(f"{args.engine}:")
     for k, v in current.items():
-        if v != getattr(base, k) or True:
-            print(f"  {k}: {v}")
+        print(f"  {k}: {v}")
     return 0
 
 

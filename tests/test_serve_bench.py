@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pddsim import cli
+from pddsim import catalog, cli
 from pddsim.experiments.backends import Processes
 from pddsim.experiments.serve_bench import cases, read_rows, replay, scenario, summarise
 
@@ -161,3 +161,26 @@ def test_pins_fail_when_an_error_rises_past_its_slack(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(argv) == 1
     assert "MOVED ttft_mdape_pct" in capsys.readouterr().err
+
+
+def test_the_engine_fit_merges_repeats_and_never_ends_worse_than_it_starts(tmp_path):
+    """benchmarks/fit_serve.py: a deployment measured twice is one deployment at the median of its
+    measurements, and the descent lowers the objective, moving a constant the way the rows ask."""
+    import subprocess
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from fit_serve import deployments
+    path = write(tmp_path, agg(conc=4, ttft=100), agg(conc=4, ttft=300), agg(conc=8, ttft=900))
+    merged = deployments(read_rows(path))
+    assert sorted(pd.to_numeric(merged["silicon_ttft_ms"])) == [200.0, 900.0]
+    done = subprocess.run([sys.executable, "benchmarks/fit_serve.py", "--against", str(path),
+                           "--engine", "vllm", "--only", "frontend_ms", "--passes", "1", "--jobs", "1"],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    start = float(done.stderr.split("start ")[1].split()[0])
+    final = float(done.stdout.split("objective ")[1].split()[0])
+    assert final < start
+    # the measured TTFTs are far above the engine's: the fit raises its front-end time
+    fitted = float(done.stdout.split("  frontend_ms: ")[1].split()[0])
+    assert fitted > 5 * catalog.engine("vllm").frontend_ms
