@@ -194,17 +194,18 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     frontend_s, jitter_s = front.frontend_ms / 1e3, front.frontend_jitter_ms / 1e3
     serial_s = front.frontend_serial_ms / 1e3
     jitter = np.random.default_rng([seed, 6])
-    serving_free_at = [0.0]
+    serving_free_at = 0.0
 
     def issue(idx: int) -> None:
+        nonlocal serving_free_at
         if not frontend_s and not jitter_s and not serial_s:
             req = in_flight[idx] = Request(idx, reqs[idx], env.now, log=timeline is not None)
             dispatch(req)
             return
         req = in_flight[idx] = Request(idx, reqs[idx], env.now, log=timeline is not None,
                                        stage="frontend")
-        served = serving_free_at[0] = max(env.now, serving_free_at[0]) + serial_s
-        delay = served - env.now + frontend_s + (jitter.exponential(jitter_s) if jitter_s else 0.0)
+        serving_free_at = max(env.now, serving_free_at) + serial_s
+        delay = serving_free_at - env.now + frontend_s + (jitter.exponential(jitter_s) if jitter_s else 0.0)
         env.timeout(delay).callbacks.append(lambda _e: dispatch(req))
 
     replay = Replay(env, workload, cfg.workload, np.random.default_rng([seed, 3]), issue)
