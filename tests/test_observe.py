@@ -46,6 +46,18 @@ def test_memory_pressure_shows_in_occupancy_and_blocking(make_config, make_workl
     assert occupancy.max() <= 1.0          # never over-committed at any sample
 
 
+def test_waiting_for_the_next_iteration_is_not_blocking_on_memory(make_config, make_workload):
+    """Requests arriving while an iteration runs wait for its end, with the KV pool nearly empty:
+    that wait is not memory's doing, so the instance is never counted blocked on memory."""
+    cfg = make_config(roles=(("colocated", 1),), observe={"sample_s": 0.001})
+    res = simulate(cfg, make_workload(*[(0.0005 * i, 300, 40) for i in range(40)]))
+    row = res.instances.iloc[0]
+    queue = res.timeseries[res.timeseries["metric"] == "queue_depth"]["value"]
+    assert queue.max() > 0                 # requests did wait
+    assert row["kv_occupancy_p99"] < 0.5
+    assert row["memory_blocked_share"] == 0
+
+
 def test_link_utilization_matches_bytes_over_capacity(make_config, make_workload):
     """On a link with constant capacity, the sampled mean utilisation is the bytes carried over
     the capacity-time, up to the windows' edges."""

@@ -76,6 +76,7 @@ class Instance:
         "_seg_end", "_seg_max", "_run_in_flight", "_run_t0", "_flight_at", "_flight_iters",
         "pending_prefill_tokens", "inbound_tokens", "waiting_tokens", "_wake", "_interruptible",
         "_cut_event", "_segment", "_run_k", "_run_s", "_promises", "_promised", "_stall_s",
+        "_memory_short",
     )
 
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
@@ -158,6 +159,7 @@ class Instance:
         self._promises: dict[Request, int] = {}   # `reserve`: each admitted request's whole length
         self._promised = 0                    # and their sum
         self._stall_s = 0.0                   # `prefill_first`: decoders paused since their last token
+        self._memory_short = False            # the last admission stopped for want of KV memory
 
     def crash(self) -> None:
         """The instance dies: its loop stops where it is, and every request's KV on it, its
@@ -228,8 +230,9 @@ class Instance:
 
     @property
     def blocked_on_memory(self) -> bool:
-        """Work waits although the batch has room: KV memory is what holds it back."""
-        return bool(self.waiting) and len(self.prefilling) + len(self._decoders) < self.max_batch
+        """Work waits because KV memory held it back at the last admission, not merely for the
+        next iteration boundary (admission happens between iterations) or for a batch slot."""
+        return bool(self.waiting) and self._memory_short
 
     @property
     def queued_tokens(self) -> int:
@@ -449,7 +452,8 @@ class Instance:
             want = need - pinned
             if self.reserve:    # room for its reservation and what admitted requests still add
                 want = max(want, whole - pinned + self._promised - self._kv_settled())
-            if running >= self.max_batch or self._free_tokens(want) < want:
+            self._memory_short = running < self.max_batch and self._free_tokens(want) < want
+            if running >= self.max_batch or self._memory_short:
                 return
             self._dequeue()
             if self.reserve:
