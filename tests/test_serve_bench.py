@@ -163,7 +163,7 @@ def test_pins_fail_when_an_error_rises_past_its_slack(tmp_path, capsys):
     assert "MOVED ttft_mdape_pct" in capsys.readouterr().err
 
 
-def test_the_engine_fit_merges_repeats_and_never_ends_worse_than_it_starts(tmp_path):
+def test_the_engine_fit_merges_repeats_and_moves_a_constant_the_way_the_rows_ask(tmp_path):
     """benchmarks/fit_serve.py: a deployment measured twice is one deployment at the median of its
     measurements, and the descent lowers the objective, moving a constant the way the rows ask."""
     import subprocess

@@ -221,11 +221,10 @@ class Roofline:
                 attended, growth = n * self.cap, 0
             else:
                 k = min(k, (n * self.cap - context) // n + 1)
-        moe = self.moe
-        compute = (n * (self.s_per_token + self.s_per_sample) + (self._routed_compute(n) if moe else 0.0)
+        compute = (n * (self.s_per_token + self.s_per_sample) + (self._routed_compute(n) if self.moe else 0.0)
                    + attended * self.s_per_decode_pair + context * self.s_per_index_pair,
                    growth * self.s_per_decode_pair + n * self.s_per_index_pair)
-        weights = self.weights_read_s(n) if moe else self.shared_s
+        weights = self.weights_read_s(n) if self.moe else self.shared_s
         memory = (weights + attended * self.s_per_kv_token + context * self.s_per_index_kv
                   + n * self.s_per_request, growth * self.s_per_kv_token + n * self.s_per_index_kv)
         cpu = 0.0 if self.overlap else n * self.cpu_per_request
