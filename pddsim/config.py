@@ -470,7 +470,7 @@ FaultEvent = Annotated[LinkFault | InstanceFault, Field(discriminator="kind")]
 
 
 class Faults(Strict):
-    """What fails during the run, and how the system recovers (see the README's Faults)."""
+    """What fails during the run, and how the system recovers (see docs/faults.md)."""
 
     events: list[FaultEvent] = Field(default_factory=list, description="scheduled faults")
     random: list[RandomFaults] = Field(default_factory=list, description="random failures per role")
