@@ -116,11 +116,12 @@ class PDD(Disaggregated):
 
     def _md_has_prompt(self, req: Request) -> None:
         st = req.state
+        st.wan_flow = None
         self._transfer_done(req)
-        if st.md_lost:                          # its last bytes flew as the MD died
-            return
-        self.kv_landed(req, st.md)
-        if req.finish_s is not None:            # finished on the RLD meanwhile
+        if not st.md_lost:                      # (its last bytes may have flown as the MD died)
+            self.kv_landed(req, st.md)
+        if st.md_lost or req.finish_s is not None:   # or it finished on the RLD meanwhile
+            self._leftover_done(st)
             return
         if req.pipeline != Route.P_MD and req.tokens_out == 0 and (
                 req.inst is not st.rld or st.rld.withdraw(req)):  # type: ignore[union-attr]
@@ -237,6 +238,7 @@ class PDD(Disaggregated):
             self.wan.cancel(flow)
             req.wan_bytes -= flow.size - flow.sent
             req.wan_bytes_no_drc -= req.input_tokens * self.dep.model.kv_bytes_per_token - flow.sent
+            st.wan_flow = None
             self._transfer_done(req)
         flow = st.ids_flow
         if flow is not None and not flow.done:
@@ -245,9 +247,11 @@ class PDD(Disaggregated):
         st.md_busy = False
 
     def instance_lost(self, inst) -> None:
-        """Ended requests' catch-up work on a dying MD is lost with it: nothing to drain."""
+        """Ended requests' work on a dying MD (a catch-up part, a delta landing) is lost with it:
+        nothing to drain."""
         for st in list(self._leftovers):
             if st.md is inst:
+                st.md_lost = True               # a delta landing there finds it gone
                 flow = st.ids_flow
                 if flow is not None and not flow.done:
                     self.wan.cancel(flow)
@@ -315,12 +319,19 @@ class PDD(Disaggregated):
                 # without the DRC the same time would have carried as much of the whole prompt
                 req.wan_bytes_no_drc -= req.input_tokens * self.dep.model.kv_bytes_per_token - flow.sent
                 self._transfer_done(req)
+            elif flow is not None:              # its last bytes are flying: P frees the KV as they land
+                self._leftover(st)
+                return
             if not st.md_busy:
                 self._md_drop(st)
             elif st.shadow is not None and st.md.withdraw(st.shadow):   # queued: never runs
                 st.md_busy = False
                 self._md_drop(st)
             else:                               # IDs in flight or an extend running: it drains
-                st.leftover = True
-                self.leftovers += 1
-                self._leftovers[st] = None
+                self._leftover(st)
+
+    def _leftover(self, st: PddRequestState) -> None:
+        """The ended request's work goes on after it; the run waits for it to let go."""
+        st.leftover = True
+        self.leftovers += 1
+        self._leftovers[st] = None
