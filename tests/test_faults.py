@@ -1,10 +1,14 @@
 """Faults in a scenario (`faults:`): link outages and degradations, what they do to transfers and
 requests, how a run that cannot progress ends, and PDD's degraded mode. Small deployments with
 exact iteration times (tests/conftest.py) so delays can be checked to the second."""
+from functools import partial
+
 import numpy as np
 import pytest
 import simpy
 from conftest import config, workload
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pddsim import cli
 from pddsim.config import from_dict
@@ -66,6 +70,35 @@ def test_a_degraded_link_runs_at_its_factor():
     assert done == [pytest.approx(40.0)]
 
 
+def _deliveries(kind, flows, scale_at=None, scale=1.0):
+    """Delivery times of `flows` [(start_s, nbytes)] on a link or a fabric, the line set to
+    `scale` at `scale_at`."""
+    env = simpy.Environment()
+    if kind == "link":
+        net = Link(env, "l", 1.234e9, 0.01, flow_cap_Bps=0.7e9)
+        send = net.send
+    else:
+        net = Fabric(env, "f", 0.01)
+        net.attach("a", 1.234e9)
+        net.attach("b", 0.97e9)
+        send = partial(net.send, "a", "b")
+    done = {}
+    for i, (t, n) in enumerate(flows):
+        env.timeout(t).callbacks.append(
+            lambda _, i=i, n=n: send(n, lambda: done.__setitem__(i, env.now)))
+    if scale_at is not None:
+        env.timeout(scale_at).callbacks.append(lambda _: net.set_scale(scale))
+    env.run()
+    return [done[i] for i in range(len(flows))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(["link", "fabric"]), at=st.floats(0, 100),
+       flows=st.lists(st.tuples(st.floats(0, 100), st.floats(1e6, 5e9)), min_size=1, max_size=5))
+def test_a_factor_1_degradation_moves_no_delivery_by_a_bit(kind, at, flows):
+    assert _deliveries(kind, flows, at, 1.0) == _deliveries(kind, flows)
+
+
 # ---- scenarios --------------------------------------------------------------------------------
 
 def _compare(a, b):
@@ -76,18 +109,30 @@ def _compare(a, b):
         np.testing.assert_allclose(a.requests[col], b.requests[col], rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize("event", [
-    {"kind": "link_down", "link": "wan", "start_s": 5.0, "duration_s": 0.0},
-    {"kind": "link_degrade", "link": "wan", "factor": 1.0, "start_s": 3.0, "duration_s": 10.0},
-    {"kind": "link_degrade", "link": "rdma:a", "factor": 1.0, "start_s": 3.0, "duration_s": 10.0},
-])
-def test_a_fault_that_changes_nothing_changes_no_result(tmp_path, event):
-    cfg = config(tmp_path, roles=PDD_ROLES, two_clusters=True,
-                 wan={"bandwidth_gbps": 10, "rtt_ms": 20, "background": {"mean": 0.3, "std": 0.1}})
+def _factor_1_and_not(cfg, event):
     w = _poisson()
-    base = simulate(cfg, w, seed=1)
-    faulted = simulate(_with_faults(cfg, {"events": [event]}), w, seed=1)
+    return simulate(cfg, w, seed=1), simulate(_with_faults(cfg, {"events": [event]}), w, seed=1)
+
+
+def _wan_with_background(tmp_path):
+    return config(tmp_path, roles=PDD_ROLES, two_clusters=True,
+                  wan={"bandwidth_gbps": 10, "rtt_ms": 20, "background": {"mean": 0.3, "std": 0.1}})
+
+
+def test_an_outage_of_no_duration_changes_no_result(tmp_path):
+    base, faulted = _factor_1_and_not(_wan_with_background(tmp_path), {
+        "kind": "link_down", "link": "wan", "start_s": 5.0, "duration_s": 0.0})
     _compare(base, faulted)
+    assert faulted.summary["availability_wan"] == 1.0
+
+
+@pytest.mark.parametrize("link", ["wan", "rdma:a", "rdma:b"])
+def test_a_factor_1_degradation_changes_no_result_bit_for_bit(tmp_path, link):
+    # a capacity change that leaves every rate as it was is no change: not even a rescheduled timer
+    base, faulted = _factor_1_and_not(_wan_with_background(tmp_path), {
+        "kind": "link_degrade", "link": link, "factor": 1.0, "start_s": 3.0, "duration_s": 10.0})
+    cols = [c for c in base.requests.columns]
+    assert faulted.requests[cols].equals(base.requests[cols])
     assert faulted.summary["availability_wan"] == 1.0
 
 

@@ -90,6 +90,8 @@ class Link:
 
     def set_capacity(self, capacity_Bps: float) -> None:
         """What other traffic leaves of the line (background load)."""
+        if capacity_Bps == self._left_Bps:   # no rate moves: no rounding may either
+            return
         self._advance()
         self._left_Bps = capacity_Bps
         self.capacity_Bps = capacity_Bps * self.scale
@@ -97,6 +99,8 @@ class Link:
 
     def set_scale(self, scale: float) -> None:
         """Run the line at `scale` of its capacity (a degraded line; 0: down, its flows stall)."""
+        if scale == self.scale:              # no rate moves (a factor-1 degradation): no rounding may
+            return
         self._advance()
         self.scale = scale
         self.capacity_Bps = self._left_Bps * scale
@@ -141,9 +145,12 @@ class Link:
             return
         self._advance()
         heap = self._heap
-        eps = 1e-9 * max(1.0, self._mark)
-        finished = []
-        while heap and (heap[0][2].done or heap[0][0] <= self._mark + eps):
+        now, mark, rate = self.env.now, self._mark, self._rate
+        finished: list[Flow] = []
+        # The timer was set for the first end: that flow has ended, whatever rounding left of its
+        # bytes; so have those whose rest the clock cannot resolve (rate > 0, or no timer is set).
+        while heap and (heap[0][2].done or not finished
+                        or ends_now(now, (heap[0][0] - mark) / rate)):
             _, _, flow = heapq.heappop(heap)
             if not flow.done:
                 flow.done = True
@@ -213,6 +220,7 @@ class Fabric:
         self._seq = 0
         self._last_s = 0.0
         self._gen = 0
+        self._due: FabricFlow | None = None  # the flow the next end is scheduled for
 
     def attach(self, endpoint, nic_Bps: float) -> None:
         """Give `endpoint` NICs of `nic_Bps` in each direction."""
@@ -262,6 +270,8 @@ class Fabric:
 
     def set_scale(self, scale: float) -> None:
         """Run every port at `scale` of its capacity (a degraded or failed fabric)."""
+        if scale == self.scale:              # no rate moves (a factor-1 degradation): no rounding may
+            return
         self._advance()
         self.scale = scale
         self._reschedule()
@@ -356,10 +366,10 @@ class Fabric:
         flows = self._flows
         self._allocate(flows if touched is None or self.core is not None or len(flows) <= 4
                        else self._group(touched))
-        delay = inf
+        delay, self._due = inf, None
         for f in self._flows:
             if f.rate > 0 and (f.size - f.sent) / f.rate < delay:
-                delay = (f.size - f.sent) / f.rate
+                delay, self._due = (f.size - f.sent) / f.rate, f
         if delay != inf:
             self.env.timeout(max(delay, 0.0), self._gen).callbacks.append(self._on_timer)
 
@@ -368,9 +378,11 @@ class Fabric:
             return
         self._advance()
         finished, active = [], []
-        tol_s = 1e-12 * max(1.0, self.env.now)   # above the clock's float resolution
+        now, due = self.env.now, self._due
         for f in self._flows:
-            if f.size - f.sent <= max(1e-9 * f.size, f.rate * tol_s):
+            # the flow the timer was set for has ended, whatever rounding left of its bytes; so
+            # have those whose rest the clock cannot resolve
+            if f is due or (f.rate > 0 and ends_now(now, (f.size - f.sent) / f.rate)):
                 f.done = True
                 f.sent = f.size
                 self.bytes_carried += f.size
@@ -386,6 +398,12 @@ class Fabric:
 
 def _seq(flow: FabricFlow) -> int:
     return flow.seq
+
+
+def ends_now(now: float, remaining_s: float) -> bool:
+    """Whether a flow with `remaining_s` of sending left ends at `now`: when the clock cannot tell
+    now from now + remaining_s, waiting for the rest would not advance time (a livelock)."""
+    return now + remaining_s <= now
 
 
 def deliver(env, latency_s: float, flow: Flow) -> None:
