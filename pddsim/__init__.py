@@ -38,6 +38,7 @@ _HOME = {
     "Result": "pddsim.sim", "load_workload": "pddsim.sim", "simulate": "pddsim.sim",
 }
 __all__ = sorted(_HOME)
+__version__ = "0.2.0"     # bumped when results or the schema change (CHANGELOG.md)
 
 
 def __getattr__(name: str) -> Any:

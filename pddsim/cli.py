@@ -424,8 +424,17 @@ def cmd_trace_stats(args) -> int:
     return 0
 
 
+def cmd_configs(args) -> int:
+    from pddsim.config import bundled_scenarios
+    for name, cfg in bundled_scenarios().items():
+        gpus = "+".join(dict.fromkeys(c.gpu for c in cfg.clusters.values()))
+        print(f"{name:<22} {cfg.name:<22} {cfg.model} on {gpus}")
+    return 0
+
+
 def _add_config_args(p, *, trace=True):
-    p.add_argument("config", nargs="?", help=f"scenario YAML (default: {DEFAULT_CONFIG.name})")
+    p.add_argument("config", nargs="?", help="scenario YAML, or a bundled scenario by name "
+                   f"(`pddsim configs list`; default: {DEFAULT_CONFIG.stem})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config field by dotted path, e.g. wan.bandwidth_gbps=20")
     if trace:
@@ -443,7 +452,9 @@ def _add_backend_args(p, cache: bool = True):
 
 
 def parser() -> Parser:
+    from pddsim import __version__
     top = Parser(prog="pddsim", description="Simulate cross-datacenter PD / PDD LLM serving.")
+    top.add_argument("--version", action="version", version=f"pddsim {__version__}")
     sub = top.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     run = sub.add_parser("run", help="simulate one scenario and print its summary")
@@ -644,6 +655,11 @@ def parser() -> Parser:
     imp.add_argument("--commit", help="provenance: the source repository's commit")
     imp.add_argument("--licence", help="provenance: the source's licence")
     imp.set_defaults(func=cmd_perf_import)
+
+    cfs = sub.add_parser("configs", help="the bundled scenarios")
+    cfs.add_argument("action", choices=("list",), help="list: each scenario's name (what a "
+                     "command takes in place of a path), system and model")
+    cfs.set_defaults(func=cmd_configs)
 
     val = sub.add_parser("validate", help="check a config (and that its model fits its GPUs)")
     _add_config_args(val, trace=False)

@@ -616,8 +616,8 @@ def from_dict(raw: dict, origin: str) -> Config:
 def load_config(path: str | Path, overrides: Sequence[str] = (),
                 values: Mapping[str, Any] | None = None) -> Config:
     """Read, override (`KEY=VALUE` texts parsed as YAML, then `values` taken literally) and
-    validate a scenario."""
-    path = Path(path)
+    validate a scenario: a file, or a bundled scenario by name (`locate`)."""
+    path = locate(path)
     raw = read_yaml(path, "config")
     if not isinstance(raw, dict):
         raise InputError(f"{path}: a config is a YAML mapping")
@@ -628,6 +628,29 @@ def load_config(path: str | Path, overrides: Sequence[str] = (),
         set_dotted(raw, key, value)
     raw.setdefault("base_dir", str(path.resolve().parent))
     return from_dict(raw, str(path))
+
+
+def locate(path: str | Path) -> Path:
+    """The file a config argument names: the path on disk when there is one, else the bundled
+    scenario of that name (`paper/pdd`, `pdd.yaml`, `configs/pdd.yaml`), so an installed package
+    finds its own scenarios wherever the user stands."""
+    given = Path(path)
+    if given.exists() or given.is_absolute():
+        return given
+    name = given.as_posix().removeprefix("configs/")
+    for candidate in (name, f"{name}.yaml"):
+        if bundled(candidate).is_file():
+            return bundled(candidate)
+    raise InputError(f"{path}: no such config file, and no bundled scenario of that name "
+                     "(`pddsim configs list` shows them)")
+
+
+def bundled_scenarios() -> dict[str, Config]:
+    """Every bundled scenario by the name `locate` finds it under (golden files and plans, which
+    are not scenarios, left out)."""
+    root = bundled("")
+    files = sorted(p for p in root.rglob("*.yaml") if p.parent.name not in ("golden", "plans"))
+    return {p.relative_to(root).with_suffix("").as_posix(): load_config(p) for p in files}
 
 
 def bundled(relative: str) -> Path:

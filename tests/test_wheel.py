@@ -3,14 +3,17 @@ trace ship inside the wheel. Built from a copy of the sources, installed into a 
 the repository that borrows this environment's dependencies, run from an unrelated directory."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
+from site import getsitepackages
 
 import pytest
+
+import pddsim
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -45,9 +48,9 @@ def installed(tmp_path_factory) -> Path:
     run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", wheel)
     site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))")
                 .stdout.strip())
-    # this env's packages after the venv's own; a .pth line adds a path, not its .pth files, so
-    # an editable install of this checkout stays out of the way
-    (site / "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    # this env's packages (its own and those it inherits) after the venv's own; a .pth line adds
+    # a path, not its .pth files, so an editable install of this checkout stays out of the way
+    (site / "deps.pth").write_text("".join(f"{p}\n" for p in getsitepackages()))
     return venv / "bin" / "pddsim"
 
 
@@ -61,3 +64,17 @@ def test_wheel_runs_the_bundled_scenarios(installed, tmp_path):
     compared = json.loads(run(installed, "compare", "--no-capacity", "--json", "--quiet",
                               "--set", "workload.synthetic.knobs.sessions=4", cwd=tmp_path).stdout)
     assert [s["system"] for s in compared] == ["paper_same_dc_pd", "paper_cross_dc_pd", "paper_pdd"]
+
+
+def test_wheel_finds_its_scenarios_by_name_from_anywhere(installed, tmp_path):
+    """The README's Python example and bundled scenarios by name, with nothing of the checkout in
+    the working directory."""
+    python = installed.parent / "python"
+    example, *_ = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    printed = run(python, "-c", example, cwd=tmp_path).stdout
+    assert "median TTFT" in printed
+    for name in ("paper/pdd", "pdd.yaml", "configs/same_dc_pd.yaml"):
+        run(installed, "validate", name, cwd=tmp_path)
+    listed = run(installed, "configs", "list", cwd=tmp_path).stdout
+    assert "paper/pdd" in listed
+    assert run(installed, "--version", cwd=tmp_path).stdout.split() == ["pddsim", pddsim.__version__]

@@ -11,19 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from pddsim import __version__
 from pddsim.config import Config
 from pddsim.errors import InputError
 from pddsim.workload.model import Workload
-
-
-def _version() -> str:
-    try:
-        return version("pddsim")
-    except PackageNotFoundError:          # run from a source tree
-        return "unknown"
 
 
 def _digest(obj) -> str:
@@ -49,7 +42,7 @@ class ResultCache:
     @staticmethod
     def key(task: str, cfg: Config, workload: str, seed: int) -> str:
         """`workload` is the workload's digest (computed once, shared by the points that use it)."""
-        return _digest([task, cfg.model_dump(mode="json"), workload, seed, _version()])
+        return _digest([task, cfg.model_dump(mode="json"), workload, seed, __version__])
 
     def get(self, key: str) -> dict | None:
         try:
