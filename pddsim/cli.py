@@ -80,6 +80,8 @@ def cmd_run(args) -> int:
     if args.timeline:
         assert result.timeline is not None      # simulate keeps one when asked for a timeline
         result.timeline.write(args.timeline)
+        if short := result.timeline.shortfall(result.summary["sim_duration_s"]):
+            print(f"pddsim: timeline {args.timeline}: {short}", file=sys.stderr)
     if args.json:
         print(_json(result.summary))
     else:

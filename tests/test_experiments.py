@@ -6,7 +6,7 @@ import yaml
 
 from pddsim.cli import main
 from pddsim.experiments.capacity import at_load, find_capacity
-from pddsim.experiments.compare import compare, format_comparison
+from pddsim.experiments.compare import compare, format_comparison, relative_change
 from pddsim.sim import simulate
 from pddsim.workload.synthetic import AgentSpec, agent_workload, poisson_workload
 
@@ -174,3 +174,14 @@ def test_compare_across_loads_table_json_and_plot(config_file, tmp_path, capsys)
 def test_compare_loads_bad_arguments(config_file, input_error, capsys, argv, says):
     a = config_file("one", (("colocated", 1),), 8)
     input_error(main(["compare", str(a), *argv]), capsys.readouterr().err, says)
+
+
+def test_deltas_point_the_way_the_value_moved_whatever_its_sign():
+    """A margin falling from -55.9 to -101.5 $/h got worse: -82%, not the +82% of value / base - 1."""
+    rows = [{"system": "a", "margin_per_hour": -55.9, "cost_per_hour": 100.0},
+            {"system": "b", "margin_per_hour": -101.5, "cost_per_hour": 50.0},
+            {"system": "c", "margin_per_hour": 20.0, "cost_per_hour": 0.0}]
+    table = format_comparison(rows)
+    assert "-101.5 (-82%)" in table and "20.0 (+136%)" in table and "50.0 (-50%)" in table
+    assert relative_change(-55.9, -101.5) == pytest.approx(-0.8157, abs=1e-4)
+    assert relative_change(0.0, 1.0) is None and relative_change(None, 1.0) is None

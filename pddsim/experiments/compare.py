@@ -81,6 +81,15 @@ def format_cell(fmt: str, key: str, value) -> str:
     return fmt.format(value / 1e9 if key == "wan_bytes" else value)
 
 
+def relative_change(base, value) -> float | None:
+    """`value` against `base` as a share of the base's size, so the sign is the direction of the
+    move whatever the base's sign (a margin of -55.9 falling to -101.5 is -82%, not +82%); None
+    when either is missing or the base is 0."""
+    if base is None or value is None or not base:
+        return None
+    return (value - base) / abs(base)
+
+
 def format_comparison(summaries: list[dict], rows_shown: list[tuple[str, str, str]] = ROWS) -> str:
     """Metrics down, systems across; each system after the first also shows its relative delta."""
     base = summaries[0]
@@ -91,9 +100,9 @@ def format_comparison(summaries: list[dict], rows_shown: list[tuple[str, str, st
         cells = []
         for i, s in enumerate(summaries):
             cell = format_cell(fmt, key, s.get(key))
-            b, v = base.get(key), s.get(key)
-            if i and b and v is not None and not isinstance(v, str):
-                cell += f" ({(v / b - 1):+.0%})"
+            change = relative_change(base.get(key), s.get(key)) if i and key != "split" else None
+            if change is not None:
+                cell += f" ({change:+.0%})"
             cells.append(cell)
         rows[label] = cells
     return pd.DataFrame.from_dict(rows, orient="index",
@@ -133,8 +142,7 @@ class LoadComparison:
                 row = {"load": load, self.capacity.knob: _knob_value(self.capacity, load),
                        "system": s["system"], **{k: s[k] for k in LOAD_METRICS}}
                 for k in LOAD_METRICS[1:]:
-                    b, v = base[k], s[k]
-                    row[f"{k.removesuffix('_s')}_delta"] = v / b - 1 if b and v is not None else None
+                    row[f"{k.removesuffix('_s')}_delta"] = relative_change(base[k], s[k])
                 rows.append(row)
         return rows
 
