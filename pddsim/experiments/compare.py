@@ -18,6 +18,9 @@ ROLE_LETTERS = {"prefill": "P", "decode": "D", "relay": "RLD", "colocated": "C"}
 # (summary key, label, how to show it)
 ROWS = [
     ("split", "split", "{}"),
+    ("slo_ttft_s", "SLO: TTFT s", "{:g}"),          # the SLO rows: shown only where they differ
+    ("slo_tpot_s", "SLO: TPOT s", "{:g}"),
+    ("slo_target", "SLO: target", "{:.0%}"),
     ("achieved_rps", "achieved rps", "{:.3f}"),
     ("ttft_p50_s", "TTFT P50 s", "{:.3f}"),
     ("ttft_p90_s", "TTFT P90 s", "{:.3f}"),
@@ -40,6 +43,20 @@ ROWS = [
     ("prefix_hit_rate", "hit rate P", "{:.1%}"),
     ("prefix_hit_rate_md", "hit rate MD", "{:.1%}"),
 ]
+
+
+def slo_label(cfg: Config) -> str:
+    return f"TTFT {cfg.slo.ttft_s:g} s, TPOT {cfg.slo.tpot_s:g} s, target {cfg.slo.target:.0%}"
+
+
+def mixed_slo(configs: list[Config]) -> str | None:
+    """Systems measured against different SLOs, said in one sentence (None: one SLO): their SLO
+    attainment, goodput, capacity and BCR answer different questions."""
+    labels = {cfg.name: slo_label(cfg) for cfg in configs}
+    if len(set(labels.values())) <= 1:
+        return None
+    return "the systems' SLOs differ (" + "; ".join(f"{n}: {s}" for n, s in labels.items()) + \
+        "): SLO attainment, goodput, capacity and BCR are each against its own SLO"
 
 
 def compare(configs: list[Config], workload: Workload, *, seed: int | None = None,
@@ -95,7 +112,8 @@ def format_comparison(summaries: list[dict], rows_shown: list[tuple[str, str, st
     base = summaries[0]
     rows = {}
     for key, label, fmt in rows_shown:
-        if all(key not in s for s in summaries):
+        if all(key not in s for s in summaries) or (
+                key.startswith("slo_") and len({s.get(key) for s in summaries}) == 1):
             continue
         cells = []
         for i, s in enumerate(summaries):
