@@ -80,6 +80,8 @@ def cmd_run(args) -> int:
     if args.timeline:
         assert result.timeline is not None      # simulate keeps one when asked for a timeline
         result.timeline.write(args.timeline)
+        if short := result.timeline.shortfall(result.summary["sim_duration_s"]):
+            print(f"pddsim: timeline {args.timeline}: {short}", file=sys.stderr)
     if args.json:
         print(_json(result.summary))
     else:
@@ -99,7 +101,7 @@ def cmd_run(args) -> int:
 def cmd_compare(args) -> int:
     from pddsim.config import load_config
     from pddsim.experiments import paper
-    from pddsim.experiments.compare import compare, format_comparison
+    from pddsim.experiments.compare import compare, format_comparison, mixed_slo
     from pddsim.sim import load_workload
     paths = args.configs or paper.PAPER_CONFIGS
     overrides = (args.set or []) + [f"{k}={json.dumps(v)}" for k, v in _trace_values(args).items()]
@@ -125,6 +127,11 @@ def cmd_compare(args) -> int:
         configs = [cfg for cfg, _ in chosen]
     else:
         configs = [load_config(p, overrides) for p in paths]
+    if mixed := mixed_slo(configs):
+        if not args.allow_mixed_slo:
+            raise InputError(f"compare: {mixed}; give them one (--set slo.ttft_s=...) or pass "
+                             "--allow-mixed-slo")
+        print(f"pddsim: note: {mixed}", file=sys.stderr)
     workload = load_workload(configs[0])          # one workload for every system
     if args.plot and not args.loads:
         raise InputError("--plot needs --loads")
@@ -176,14 +183,16 @@ def cmd_bathtub(args) -> int:
     from pddsim.experiments.bathtub import POLICIES, Stream, bathtub, parse_hits, plot
     cfg = _config(args)
     hits = parse_hits(args.hits)
-    stream = Stream(context_tokens=args.context, output_tokens=args.output, rate_rps=args.rate,
-                    requests=args.requests, block_tokens=args.block)
+    given = {"context_tokens": args.context, "output_tokens": args.output, "rate_rps": args.rate,
+             "requests": args.requests, "block_tokens": args.block}
+    stream = Stream(**{k: v for k, v in given.items() if v is not None})
     policies = tuple(args.policy) if args.policy else POLICIES
     with _progress(len(hits) * len(policies), args.quiet) as bar:
         bar.unit = "point"
         points = bathtub(cfg, hits, stream, policies, seed=args.seed, on_point=bar.update)
     if args.plot:
-        plot(points, args.plot, f"{cfg.name}: {args.context} tokens, {args.rate:g} req/s")
+        plot(points, args.plot, f"{cfg.name}: {stream.context_tokens} tokens, "
+             f"{stream.rate_rps:g} req/s")
     if args.json:
         print(_json({"points": points}))
         return 0
@@ -216,7 +225,9 @@ def cmd_capacity(args) -> int:
     from pddsim.experiments.capacity import find_capacity
     from pddsim.sim import load_workload
     cfg = _config(args)
-    cap = find_capacity(cfg, load_workload(cfg), seed=args.seed)
+    # a search runs the workload an unknown number of times: requests simulated, no total
+    with _progress(None, args.quiet or args.json) as bar:
+        cap = find_capacity(cfg, load_workload(cfg), seed=args.seed, on_progress=bar.update)
     summary = cap.summary()
     if args.json:
         print(_json(summary))
@@ -504,6 +515,9 @@ def parser() -> Parser:
                       "system's planned best split")
     cmp_.add_argument("--budget", type=float, metavar="USD_PER_HOUR",
                       help="--best-split's budget (default: the first system's cost)")
+    cmp_.add_argument("--allow-mixed-slo", action="store_true",
+                      help="compare systems whose SLOs differ (refused otherwise: each one's "
+                      "attainment, goodput and capacity are against its own SLO)")
     _add_backend_args(cmp_)
     cmp_.add_argument("--out", metavar="DIR", help="write each system's run (as `run --out` "
                       "does) to a subfolder, for `pddsim report`")
@@ -526,7 +540,9 @@ def parser() -> Parser:
     cap = sub.add_parser("capacity", help="highest arrival rate meeting the SLO target")
     _add_config_args(cap)
     cap.add_argument("--seed", type=int)
-    cap.add_argument("--json", action="store_true", help="capacity_rps plus the run summary")
+    cap.add_argument("--json", action="store_true", help="capacity_rps plus the run summary "
+                     "(no progress bar)")
+    cap.add_argument("--quiet", action="store_true", help="no progress bar")
     cap.set_defaults(func=cmd_capacity)
 
     swp = sub.add_parser("sweep", help="one scenario over a grid of config values, one row a point")
@@ -618,13 +634,14 @@ def parser() -> Parser:
                          "length and load, per chunk-packing policy")
     _add_config_args(tub, trace=False)
     tub.add_argument("--hits", default="0:1:0.025", help="START:STOP:STEP or a comma list")
-    tub.add_argument("--context", type=int, default=65536, help="prompt tokens of every request")
-    tub.add_argument("--output", type=int, default=16, help="output tokens of every request")
-    tub.add_argument("--rate", type=float, default=20.0,
-                     help="Poisson arrivals per second (the default saturates the prefill pool "
-                     "of the paper scenario, so throughput is its capacity)")
-    tub.add_argument("--requests", type=int, default=200)
-    tub.add_argument("--block", type=int, default=64, help="prefix-cache block, tokens")
+    # no defaults here: an unset knob keeps bathtub.Stream's, the one set the API has too
+    tub.add_argument("--context", type=int, help="prompt tokens of every request (default 20480)")
+    tub.add_argument("--output", type=int, help="output tokens of every request (default 16)")
+    tub.add_argument("--rate", type=float, help="Poisson arrivals per second (default 20: it "
+                     "saturates the prefill pool of the bundled configs at low hit rates, so "
+                     "throughput there is its capacity)")
+    tub.add_argument("--requests", type=int, help="requests per point (default 200)")
+    tub.add_argument("--block", type=int, help="prefix-cache block, tokens (default 64)")
     tub.add_argument("--policy", action="append", choices=("packed", "alone"),
                      help="chunk packing policies to draw (default both)")
     tub.add_argument("--seed", type=int)

@@ -242,6 +242,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     summary = summarize(measured, instances, system=cfg.name, sim_duration_s=span,
                         cost_per_hour=cost_per_hour(cfg), wall_s=time.perf_counter() - wall0)
     summary["warmup_requests"] = workload.warmup
+    # the SLO its attainment, goodput and BCR are measured against: summaries compare only with it
+    summary.update(slo_ttft_s=cfg.slo.ttft_s, slo_tpot_s=cfg.slo.tpot_s, slo_target=cfg.slo.target)
     summary.update(steady_summary(measured))
     summary.update(revenue_summary(measured, cfg, span, summary["cost_per_hour"]))
     summary.update(utilization_summary(instances, links))

@@ -6,7 +6,8 @@ async slice; a `requests` process where every request is an async track of its s
 stages the latency breakdown adds up). Counters: each instance's KV occupancy and queue depth at
 the end of each batch, each link's capacity left by background load and flows in flight, sampled.
 Timestamps are microseconds of simulated time. Past `limit` events (track names aside) nothing more is
-kept; the number left out is written in the file's metadata, never silently.
+kept; the number left out and the simulated time of the first one are written in the file's
+metadata, and `shortfall` says it in a sentence for the command line to print.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class Timeline:
         self.limit = limit
         self.events: list[dict] = []
         self.dropped = 0
+        self.first_dropped_s: float | None = None     # simulated time of the first event left out
         self._kept = 0                    # events counted against the limit (not track names)
         self._pids: dict[str, int] = {}
         self._tids: dict[tuple[int, str], int] = {}
@@ -46,6 +48,8 @@ class Timeline:
 
     def _add(self, *events: dict) -> None:
         if self._kept + len(events) > self.limit:
+            if not self.dropped:
+                self.first_dropped_s = events[0]["ts"] / US
             self.dropped += len(events)
             return
         self._kept += len(events)
@@ -96,7 +100,15 @@ class Timeline:
     def document(self) -> dict:
         return {"traceEvents": self.events, "displayTimeUnit": "ms",
                 "otherData": {"generator": "pddsim", "events_dropped": self.dropped,
-                              "limit": self.limit}}
+                              "first_dropped_s": self.first_dropped_s, "limit": self.limit}}
+
+    def shortfall(self, end_s: float) -> str | None:
+        """What the file lacks, in one sentence (None: nothing was left out)."""
+        if not self.dropped:
+            return None
+        return (f"{self.dropped:,} events past the limit of {self.limit:,} left out: it covers "
+                f"{self.first_dropped_s:,.0f} s of the run's {end_s:,.0f} s (--timeline-limit "
+                "keeps more)")
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.document()))

@@ -46,3 +46,31 @@ def test_tail_chunks_alone_waste_iterations_packing_recovers_them(make_config):
     assert alone[past_step] < 0.9 * alone[on_step]           # the dip: a tail of 100 tokens alone
     assert packed[past_step] > 0.97 * packed[on_step]        # packed: no dip
     assert packed[past_step] > alone[past_step]
+
+
+def test_defaults_are_one_set_and_show_the_phenomenon_on_the_bundled_config(capsys):
+    """The API's and the CLI's stream are the same; on the bundled config it saturates the prefill
+    pool at low hit rates (throughput far below the offered rate, rising with the hit rate) while
+    some requests meet the SLO at every hit rate (goodput never 0)."""
+    from dataclasses import fields
+
+    from pddsim.config import load_config
+    from pddsim.experiments.bathtub import Stream
+    stream = Stream()
+    helps = {a.dest: a.help for a in cli_parser_actions("bathtub")}
+    for f, flag in zip(fields(Stream), ("context", "output", "rate", "requests", "block")):
+        assert f"(default {getattr(stream, f.name):g}" in helps[flag]     # the help says Stream's
+    hits = [0.0, 0.3, 0.6]
+    api = bathtub(load_config("configs/same_dc_pd.yaml"), hits, policies=("packed",))
+    assert main(["bathtub", "--hits", "0,0.3,0.6", "--policy", "packed", "--json", "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["points"] == json.loads(json.dumps(api))
+    tput = [p["throughput_rps"] for p in api]
+    assert tput[0] < 0.25 * stream.rate_rps and tput[1] < 0.25 * stream.rate_rps   # saturated
+    assert tput[0] < tput[1] < tput[2] and tput[2] > 1.5 * tput[0]
+    assert all(p["goodput_rps"] > 0 for p in api)
+
+
+def cli_parser_actions(command: str):
+    from pddsim.cli import parser
+    sub = next(a for a in parser()._actions if a.dest == "command")
+    return sub.choices[command]._actions

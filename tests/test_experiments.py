@@ -6,7 +6,7 @@ import yaml
 
 from pddsim.cli import main
 from pddsim.experiments.capacity import at_load, find_capacity
-from pddsim.experiments.compare import compare, format_comparison
+from pddsim.experiments.compare import compare, format_comparison, relative_change
 from pddsim.sim import simulate
 from pddsim.workload.synthetic import AgentSpec, agent_workload, poisson_workload
 
@@ -174,3 +174,62 @@ def test_compare_across_loads_table_json_and_plot(config_file, tmp_path, capsys)
 def test_compare_loads_bad_arguments(config_file, input_error, capsys, argv, says):
     a = config_file("one", (("colocated", 1),), 8)
     input_error(main(["compare", str(a), *argv]), capsys.readouterr().err, says)
+
+
+def test_deltas_point_the_way_the_value_moved_whatever_its_sign():
+    """A margin falling from -55.9 to -101.5 $/h got worse: -82%, not the +82% of value / base - 1."""
+    rows = [{"system": "a", "margin_per_hour": -55.9, "cost_per_hour": 100.0},
+            {"system": "b", "margin_per_hour": -101.5, "cost_per_hour": 50.0},
+            {"system": "c", "margin_per_hour": 20.0, "cost_per_hour": 0.0}]
+    table = format_comparison(rows)
+    assert "-101.5 (-82%)" in table and "20.0 (+136%)" in table and "50.0 (-50%)" in table
+    assert relative_change(-55.9, -101.5) == pytest.approx(-0.8157, abs=1e-4)
+    assert relative_change(0.0, 1.0) is None and relative_change(None, 1.0) is None
+
+
+def test_compare_refuses_mixed_slos_unless_allowed_then_says_and_shows_them(input_error, capsys):
+    """same_dc_pd's TTFT SLO is 5 s, paper/pdd's 10 s: their goodputs answer different questions."""
+    small = ["--trace", "traces/agent_default.jsonl", "--set", "workload.limit=30", "--quiet"]
+    pair = ["compare", "configs/same_dc_pd.yaml", "configs/paper/pdd.yaml"]
+    code = main([*pair, *small])
+    input_error(code, capsys.readouterr().err, "SLOs differ", "same_dc_pd: TTFT 5 s",
+                "paper_pdd: TTFT 10 s", "--allow-mixed-slo")
+    assert main([*pair, *small, "--allow-mixed-slo"]) == 0
+    out, err = capsys.readouterr()
+    assert "SLOs differ" in err
+    slo_row = next(line for line in out.splitlines() if line.startswith("SLO: TTFT s"))
+    assert "5" in slo_row and "10 (+100%)" in slo_row
+    assert "SLO: TPOT" not in out                     # equal SLO parts are not shown
+    assert main(["compare", "configs/same_dc_pd.yaml", "configs/pdd.yaml", *small]) == 0
+    assert "SLO" not in capsys.readouterr().out.replace("SLO attainment", "")
+
+
+@pytest.mark.parametrize("flags, shown", [((), True), (("--json",), False), (("--quiet",), False)])
+def test_capacity_shows_progress_on_stderr_unless_quiet(config_file, monkeypatch, capsys, flags,
+                                                        shown):
+    """A capacity search runs the workload many times: the bar counts every run's requests."""
+    from pddsim import cli
+    bars = []
+
+    class Bar:
+        n = 0
+
+        def update(self, k=1):
+            self.n += k
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def spy(total, quiet):
+        bars.append((quiet, Bar()))
+        return bars[-1][1]
+    monkeypatch.setattr(cli, "_progress", spy)
+    cfg = config_file("one", (("colocated", 1),), 8)
+    assert main(["capacity", str(cfg), *flags]) == 0
+    (quiet, bar), = bars
+    assert quiet is not shown
+    runs = bar.n / 300                         # write_config's workload: 300 requests a run
+    assert runs >= 3 and runs == int(runs)    # every run of the search counted, whole

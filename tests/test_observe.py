@@ -124,14 +124,20 @@ def test_timeline_file_structure(tmp_path, capsys):
     check_nesting(events)
 
 
-def test_timeline_limit_counts_what_it_drops(tmp_path):
+def test_timeline_limit_counts_what_it_drops_and_says_so(tmp_path, capsys):
     path = tmp_path / "tl.json"
     assert main(["run", "configs/pdd.yaml", "--set", SMALL[0], "--timeline", str(path),
                  "--timeline-limit", "500", "--quiet", "--json"]) == 0
     doc = json.loads(path.read_text())
     kept = [e for e in doc["traceEvents"] if e["ph"] != "M"]
     assert len(kept) <= 500
-    assert doc["otherData"]["events_dropped"] > 0
+    dropped, first = doc["otherData"]["events_dropped"], doc["otherData"]["first_dropped_s"]
+    assert dropped > 0 and first > 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and f"{dropped:,} events" in err[0]
+    assert main(["run", "configs/pdd.yaml", "--set", SMALL[0], "--timeline", str(path),
+                 "--quiet", "--json"]) == 0
+    assert capsys.readouterr().err == ""              # nothing left out, nothing said
     check_nesting(doc["traceEvents"])
 
 

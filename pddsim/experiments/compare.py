@@ -18,6 +18,9 @@ ROLE_LETTERS = {"prefill": "P", "decode": "D", "relay": "RLD", "colocated": "C"}
 # (summary key, label, how to show it)
 ROWS = [
     ("split", "split", "{}"),
+    ("slo_ttft_s", "SLO: TTFT s", "{:g}"),          # the SLO rows: shown only where they differ
+    ("slo_tpot_s", "SLO: TPOT s", "{:g}"),
+    ("slo_target", "SLO: target", "{:.0%}"),
     ("achieved_rps", "achieved rps", "{:.3f}"),
     ("ttft_p50_s", "TTFT P50 s", "{:.3f}"),
     ("ttft_p90_s", "TTFT P90 s", "{:.3f}"),
@@ -40,6 +43,20 @@ ROWS = [
     ("prefix_hit_rate", "hit rate P", "{:.1%}"),
     ("prefix_hit_rate_md", "hit rate MD", "{:.1%}"),
 ]
+
+
+def slo_label(cfg: Config) -> str:
+    return f"TTFT {cfg.slo.ttft_s:g} s, TPOT {cfg.slo.tpot_s:g} s, target {cfg.slo.target:.0%}"
+
+
+def mixed_slo(configs: list[Config]) -> str | None:
+    """Systems measured against different SLOs, said in one sentence (None: one SLO): their SLO
+    attainment, goodput, capacity and BCR answer different questions."""
+    labels = {cfg.name: slo_label(cfg) for cfg in configs}
+    if len(set(labels.values())) <= 1:
+        return None
+    return "the systems' SLOs differ (" + "; ".join(f"{n}: {s}" for n, s in labels.items()) + \
+        "): SLO attainment, goodput, capacity and BCR are each against its own SLO"
 
 
 def compare(configs: list[Config], workload: Workload, *, seed: int | None = None,
@@ -81,19 +98,29 @@ def format_cell(fmt: str, key: str, value) -> str:
     return fmt.format(value / 1e9 if key == "wan_bytes" else value)
 
 
+def relative_change(base, value) -> float | None:
+    """`value` against `base` as a share of the base's size, so the sign is the direction of the
+    move whatever the base's sign (a margin of -55.9 falling to -101.5 is -82%, not +82%); None
+    when either is missing or the base is 0."""
+    if base is None or value is None or not base:
+        return None
+    return (value - base) / abs(base)
+
+
 def format_comparison(summaries: list[dict], rows_shown: list[tuple[str, str, str]] = ROWS) -> str:
     """Metrics down, systems across; each system after the first also shows its relative delta."""
     base = summaries[0]
     rows = {}
     for key, label, fmt in rows_shown:
-        if all(key not in s for s in summaries):
+        if all(key not in s for s in summaries) or (
+                key.startswith("slo_") and len({s.get(key) for s in summaries}) == 1):
             continue
         cells = []
         for i, s in enumerate(summaries):
             cell = format_cell(fmt, key, s.get(key))
-            b, v = base.get(key), s.get(key)
-            if i and b and v is not None and not isinstance(v, str):
-                cell += f" ({(v / b - 1):+.0%})"
+            change = relative_change(base.get(key), s.get(key)) if i and key != "split" else None
+            if change is not None:
+                cell += f" ({change:+.0%})"
             cells.append(cell)
         rows[label] = cells
     return pd.DataFrame.from_dict(rows, orient="index",
@@ -133,8 +160,7 @@ class LoadComparison:
                 row = {"load": load, self.capacity.knob: _knob_value(self.capacity, load),
                        "system": s["system"], **{k: s[k] for k in LOAD_METRICS}}
                 for k in LOAD_METRICS[1:]:
-                    b, v = base[k], s[k]
-                    row[f"{k.removesuffix('_s')}_delta"] = v / b - 1 if b and v is not None else None
+                    row[f"{k.removesuffix('_s')}_delta"] = relative_change(base[k], s[k])
                 rows.append(row)
         return rows
 
