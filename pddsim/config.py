@@ -342,6 +342,11 @@ class WorkloadConfig(Strict):
         1.0, gt=0, description="load factor: sessions start this many times as often (recorded "
         "starts divided by it, a Poisson rate multiplied); open loop also plays each session this "
         "much faster, closed loop keeps think times")
+    horizon_s: float | None = Field(
+        None, gt=0, description="sessions start as a Poisson process at session_rate_rps for this "
+        "many seconds (the offered load, and the capacity search's knob): a synthetic Agent "
+        "workload generates them (its sessions and session_rate are ignored), any other workload "
+        "is resampled (each start draws one of its sessions, with replacement)")
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -355,6 +360,12 @@ class WorkloadConfig(Strict):
                 self.replay, self.session_start, self.time_scale) != ("open", "recorded", 1.0):
             raise ValueError("a benchmark workload issues its own closed-loop load (its "
                              "concurrency): leave replay, session_start and time_scale unset")
+        if self.horizon_s is not None and (
+                self.session_rate_rps is None or isinstance(self.synthetic, BenchmarkSynthetic)
+                or (self.session_start, self.time_scale) != ("recorded", 1.0)):
+            raise ValueError("horizon_s draws the session starts itself: it needs session_rate_rps "
+                             "(the start rate) and leaves session_start and time_scale unset; a "
+                             "benchmark workload has no sessions to start")
         if self.session_start == "concurrent" and self.replay == "closed" and self.time_scale != 1:
             raise ValueError("time_scale has no effect on closed-loop replay with concurrent "
                              "session starts: the load is concurrent_sessions")

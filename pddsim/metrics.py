@@ -105,6 +105,14 @@ class Recorder:
         return df
 
 
+def met_slo(req: Request, slo) -> bool:
+    """One ended request's `slo_met` as `Recorder.frame` computes it for all."""
+    first = req.first_token_s
+    if req.failed or first is None or first - req.arrival_s > slo.ttft_s:
+        return False
+    return req.tokens_out < 2 or (req.last_token_s - first) / (req.tokens_out - 1) <= slo.tpot_s
+
+
 def _mean(values: np.ndarray) -> float:
     """Mean of the values that are not NaN (NaN if none), summed as pandas sums them."""
     missing = np.isnan(values)

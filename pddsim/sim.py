@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from pddsim.config import Config
+from pddsim.config import AgentSynthetic, Config
 from pddsim.cost import cost_per_hour, revenue_summary
 from pddsim.engine.invariants import CheckedEnvironment, Invariants
 from pddsim.engine.request import Request
@@ -37,10 +37,11 @@ from pddsim.timeseries import (
     utilization_summary,
     window_table,
 )
+from pddsim.workload.horizon import poisson_starts, resample
 from pddsim.workload.model import Workload
 from pddsim.workload.readers import read_workload
 from pddsim.workload.replay import Replay
-from pddsim.workload.synthetic import generate
+from pddsim.workload.synthetic import agent_workload, generate
 
 
 @dataclass
@@ -90,9 +91,21 @@ def make_pipeline(env, cfg: Config, routers, on_end, seed: int):
     return Disaggregated(env, routers, on_end)
 
 
-def load_workload(cfg: Config) -> Workload:
-    """The workload a config names: a trace file or a seeded synthetic generator."""
+def load_workload(cfg: Config, source: Workload | None = None) -> Workload:
+    """The workload a config names: a trace file or a seeded synthetic generator; with
+    `workload.horizon_s`, sessions started over the horizon at `session_rate_rps` (an Agent
+    generator's own, any other workload's resampled: `source`, when given, is that workload as
+    read, so that a search over rates reads it once)."""
     w = cfg.workload
+    if w.horizon_s is not None:
+        assert w.session_rate_rps is not None        # the config requires it
+        if isinstance(w.synthetic, AgentSynthetic):
+            starts = poisson_starts(w.session_rate_rps, w.horizon_s,
+                                    np.random.default_rng([cfg.seed, 7]))
+            return agent_workload(w.synthetic.knobs, cfg.seed, starts)
+        base = source if source is not None else load_workload(
+            cfg.model_copy(update={"workload": w.model_copy(update={"horizon_s": None})}))
+        return resample(base, w.session_rate_rps, w.horizon_s, cfg.seed)
     if w.synthetic is not None:
         return generate(w.synthetic, seed=cfg.seed)
     assert w.trace is not None          # the config requires exactly one source
@@ -140,10 +153,14 @@ def run_through_faults(env, daemons, pipeline, replay: Replay,
 
 def simulate(cfg: Config, workload: Workload, seed: int | None = None,
              on_progress: Callable[[int], None] | None = None,
-             check_invariants: bool = False) -> Result:
+             check_invariants: bool = False,
+             stop_when: Callable[[Request], bool] | None = None) -> Result:
     """Run `workload` through the deployment `cfg` describes. `on_progress(n)` is told as each
     request ends (for a progress bar); it cannot change the run. `check_invariants` checks the
-    engine's rules after every event (see `engine/invariants.py`): slower, same results."""
+    engine's rules after every event (see `engine/invariants.py`): slower, same results.
+    `stop_when(request)` is asked as each request ends: True stops the run there (a capacity
+    search's run that can no longer pass); its Result covers the requests ended so far and its
+    summary says `stopped_early`. A run with faults is never stopped."""
     wall0 = time.perf_counter()
     seed = cfg.seed if seed is None else seed
     env = CheckedEnvironment() if check_invariants else simpy.Environment()
@@ -166,6 +183,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         replay.request_ended(req.idx)
         if on_progress is not None:
             on_progress(1)
+        if stop_when is not None and not stopped.triggered and stop_when(req):
+            stopped.succeed()
 
     pipeline = make_pipeline(env, cfg, routers, on_end, seed)
     pipeline.dep = build(env, cfg, pipeline, seed)
@@ -210,12 +229,14 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
 
     replay = Replay(env, workload, cfg.workload, np.random.default_rng([seed, 3]), issue)
     replay.start()
+    stopped = env.event()
     if faults is None:
-        env.run(until=replay.all_ended)
-        env.run(until=pipeline.drained())
+        env.run(until=env.any_of([replay.all_ended, stopped]))
+        if not stopped.triggered:
+            env.run(until=pipeline.drained())
     else:
         run_through_faults(env, pipeline.dep.daemons, pipeline, replay, in_flight)
-    if checks is not None:
+    if checks is not None and not stopped.triggered:
         checks.at_end(in_flight)
     df = recorder.frame(cfg.slo)
     series = sampler.frame() if sampler is not None else Sampler.empty_frame()
@@ -244,6 +265,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     summary["warmup_requests"] = workload.warmup
     # the SLO its attainment, goodput and BCR are measured against: summaries compare only with it
     summary.update(slo_ttft_s=cfg.slo.ttft_s, slo_tpot_s=cfg.slo.tpot_s, slo_target=cfg.slo.target)
+    summary["stopped_early"] = stopped.triggered
     summary.update(steady_summary(measured))
     summary.update(revenue_summary(measured, cfg, span, summary["cost_per_hour"]))
     summary.update(utilization_summary(instances, links))

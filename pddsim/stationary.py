@@ -22,6 +22,8 @@ SAMPLES = 250            # in-flight samples over the issue span
 BATCH = 5                # MSER-5
 MIN_BATCHES = 8
 MAX_DRIFT = 0.2
+RATE_BATCHES = 10        # batch means of the window's issue rate, for its 95% interval
+T975_9 = 2.262           # two-sided 95% Student-t quantile, 9 degrees of freedom
 
 
 @dataclass(frozen=True)
@@ -86,18 +88,40 @@ def steady_window(requests: pd.DataFrame) -> Window:
     return Window(start, t1, not trend)
 
 
+def rate_interval(arrival: np.ndarray, start_s: float, end_s: float) -> tuple[float, float]:
+    """95% interval of the issue rate over [start_s, end_s] by batch means: the window cut into
+    `RATE_BATCHES` equal spans, each span's rate one sample (spans longer than a session's life
+    are near independent; shorter ones make the interval too narrow)."""
+    counts = np.histogram(arrival, bins=np.linspace(start_s, end_s, RATE_BATCHES + 1))[0]
+    rates = counts / ((end_s - start_s) / RATE_BATCHES)
+    half = T975_9 * rates.std(ddof=1) / np.sqrt(RATE_BATCHES)
+    return float(rates.mean() - half), float(rates.mean() + half)
+
+
 def steady_summary(requests: pd.DataFrame) -> dict:
-    """The run's figures inside its stationary window: the rate of the requests issued there and
-    their SLO share, None when the run never becomes stationary; the window's bounds and flag."""
+    """The run's figures inside its stationary window: the rate of the requests issued there, its
+    95% interval by batch means, and their SLO share, None when the run never becomes stationary;
+    the window's bounds and flag."""
     w = steady_window(requests)
     arrival = requests["arrival_s"].to_numpy()
     inside = (arrival >= w.start_s) & (arrival <= w.end_s)
     span = w.end_s - w.start_s
     ok = w.stationary and span > 0 and inside.sum() > 1
+    lo, hi = rate_interval(arrival, w.start_s, w.end_s) if ok else (None, None)
     return {
         "steady_window_start_s": w.start_s,
         "steady_window_end_s": w.end_s,
         "steady_stationary": bool(w.stationary),
         "steady_rps": float((inside.sum() - 1) / span) if ok else None,
+        "steady_rps_lo": lo,
+        "steady_rps_hi": hi,
         "steady_slo_attainment": float(requests["slo_met"].to_numpy()[inside].mean()) if ok else None,
     }
+
+
+def always_inside_from(first_issue_s: float, last_start_s: float) -> float:
+    """The earliest time from which every issue up to `last_start_s` lies inside the stationary
+    window, whatever MSER deletes (at most the first half of the batches): known before the run
+    ends, so a run can be judged on the requests issued there while it runs."""
+    times = np.linspace(first_issue_s, last_start_s, SAMPLES)
+    return float(times[(SAMPLES // BATCH // 2) * BATCH])

@@ -1,35 +1,70 @@
-"""Capacity: the highest arrival rate a deployment achieves while a target share of requests meets
-the SLO.
+"""Capacity: the highest load at which a deployment meets its SLO target, as the rate it sustains
+there.
 
-The rate is measured from each run (`achieved_rps`: requests issued over the issue span), never
-read off the trace's schedule: in closed loop a slow system slows its agents down, so the schedule
-can promise far more load than a run offers. The search moves one load knob and keeps the
-workload's shape (sessions, prefix structure, think times):
+Offered load in steady state (`workload.horizon_s` set): the knob is the session start rate
+(`workload.session_rate_rps`); sessions start as a Poisson process at it over the horizon (an Agent
+generator's own sessions, or a recorded set resampled), so every load tried reaches a plateau. A
+run is measured inside its stationary window (`pddsim.stationary`): it passes when the window is
+stationary and `slo.target` of the requests issued there meet the SLO; the capacity is the
+window's request rate (`steady_rps`) at the highest passing load, with the 95% interval of that
+rate by batch means. A run that never becomes stationary is not a rate: it fails (an overloaded run
+drifts), and a search none of whose runs became stationary reports that instead of a capacity.
 
-* `workload.time_scale` (recorded or Poisson session starts): sessions start that many times as
-  often; open loop also plays each session that much faster, closed loop keeps its think times;
-* `workload.concurrent_sessions` (concurrent starts): the number of sessions kept in flight.
+A fixed set of sessions (no horizon) keeps the older measure: the knob is `workload.time_scale`
+(or `workload.concurrent_sessions`) and a run is judged on its whole-run figures (`achieved_rps`,
+`slo_attainment`), which include the ramps; such a search can run out of sessions before the SLO
+breaks.
 
-The knob is bracketed by doubling or halving, then bisected. A workload holds finitely many
-sessions, so a closed-loop search can run out of load before the SLO breaks (every session already
-in flight at once): then the capacity is not found, and the highest rate achieved is a lower bound.
+The rule. SLO attainment is not monotone in the load (a seed's draws can make a higher load pass
+where a lower one failed), so the answer is stated as a rule, not as the best run seen: the knob is
+bracketed by doubling or halving from its configured value, then bisected, keeping the highest
+passing load `lo` below the lowest failing load `hi` tried; the capacity is the rate at `lo`. The
+bisection stops when `hi - lo` is within `rel_tol` of `lo` or within the rate interval's relative
+half-width (a finer step than the rate can be measured to buys nothing). A search whose highest
+load still passes never saturated: no capacity, the rate there a lower bound.
+
+Early stop. A run is stopped as soon as it can no longer pass: when the requests known to miss the
+SLO already exceed what the target allows of all the workload's requests (whole run), or of the
+requests always inside the stationary window, whatever warm-up MSER deletes (steady state). Only
+failing runs stop, and a stopped run is judged failing, so the decisions, hence the capacity, are
+those of the search without early stop; it saves the tail of every overloaded run.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import time
+from dataclasses import dataclass, field
 from typing import Callable
 
-from pddsim.config import Config
-from pddsim.sim import Result, simulate
+import numpy as np
+
+from pddsim.config import AgentSynthetic, Config
+from pddsim.engine.request import Request
+from pddsim.metrics import met_slo
+from pddsim.sim import Result, load_workload, simulate
+from pddsim.stationary import always_inside_from
+from pddsim.workload.horizon import sessions_of
 from pddsim.workload.model import Workload
+
+# two-sided 95% Student-t quantiles by degrees of freedom (beyond 30: the 30 value, conservative)
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042]
 
 
 @dataclass
 class Capacity:
-    capacity_rps: float | None  # None: the SLO target held at every load tried
-    knob: str                   # the load knob searched: "time_scale" or "concurrent_sessions"
+    capacity_rps: float | None  # None: not found (see `status`)
+    knob: str                   # the load knob searched
     load: float                 # its value in `result`'s run
-    result: Result              # the run at capacity (not found: the highest rate achieved)
+    result: Result              # the run at capacity (not found: the highest passing load's, or
+                                # the last run tried when none passed)
+    status: str = "found"       # found | failed at every load | never saturated | never stationary
+    interval: tuple[float, float] | None = None     # 95% of capacity_rps (batch means)
+    runs: int = 0               # simulations the search ran
+    stopped_early: int = 0      # of which stopped early
+    wall_s: float = 0.0
+    loads: dict[float, bool] = field(default_factory=dict)   # every load tried: passed?
 
     @property
     def found(self) -> bool:
@@ -37,20 +72,31 @@ class Capacity:
 
     @property
     def lower_bound_rps(self) -> float:
-        """A rate the deployment achieved within the SLO target: the capacity, or at most it."""
-        return self.result.summary["achieved_rps"] or 0.0
+        """A rate the deployment sustained within the SLO target: the capacity, or at most it."""
+        return self.result.summary[rate_key(self.knob)] or 0.0
 
     def summary(self) -> dict:
         head = {"capacity_rps": self.capacity_rps, "capacity_found": self.found,
-                "capacity_knob": self.knob, "capacity_load": self.load}
-        if not self.found:
+                "capacity_status": self.status, "capacity_knob": self.knob,
+                "capacity_load": self.load,
+                "capacity_lo_rps": self.interval[0] if self.interval else None,
+                "capacity_hi_rps": self.interval[1] if self.interval else None,
+                "capacity_runs": self.runs, "capacity_runs_stopped_early": self.stopped_early}
+        if self.status == "never saturated":
             head["capacity_lower_bound_rps"] = self.lower_bound_rps
         return {**head, **self.result.summary}
 
 
 def load_knob(cfg: Config) -> str:
     """The workload field that sets the load of `cfg`'s replay."""
+    if cfg.workload.horizon_s is not None:
+        return "session_rate_rps"
     return "concurrent_sessions" if cfg.workload.session_start == "concurrent" else "time_scale"
+
+
+def rate_key(knob: str) -> str:
+    """The summary figure a search on `knob` reports as the rate."""
+    return "steady_rps" if knob == "session_rate_rps" else "achieved_rps"
 
 
 def at_load(cfg: Config, load: float) -> Config:
@@ -66,23 +112,73 @@ def _session_count(workload: Workload) -> int:
     return len({s for s in ids if s >= 0}) + sum(s < 0 for s in ids)
 
 
+def passes(summary: dict, knob: str, target: float) -> bool:
+    """Whether a run met the SLO target on the search's measure (a stopped run did not)."""
+    if summary.get("stopped_early"):
+        return False
+    if knob == "session_rate_rps":
+        return bool(summary["steady_stationary"]) and summary["steady_slo_attainment"] >= target
+    return summary["slo_attainment"] >= target
+
+
+def hopeless(cfg: Config, workload: Workload, steady: bool) -> Callable[[Request], bool]:
+    """The early-stop test of one run: True once the requests known to miss the SLO are more than
+    `1 - slo.target` of every request the measure could count (all the workload's requests, an
+    upper bound on those inside the window). Steady state counts only misses among requests
+    issued where the window always reaches (`always_inside_from` the first issue to the last
+    session start), so the misses counted are all inside it."""
+    allowed = (1 - cfg.slo.target) * len(workload.requests)
+    reqs = workload.requests
+    start, end = -math.inf, math.inf
+    if steady:
+        firsts = [reqs[members[0]].arrival_s for members in sessions_of(workload)]
+        start, end = always_inside_from(min(firsts), max(firsts)), max(firsts)
+    missed = 0
+
+    def stop(req: Request) -> bool:
+        nonlocal missed
+        if start <= req.arrival_s <= end and not met_slo(req, cfg.slo):
+            missed += 1
+        return missed > allowed
+    return stop
+
+
 def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None,
-                  rel_tol: float = 0.03, max_doublings: int = 8,
+                  rel_tol: float = 0.03, max_doublings: int = 8, early_stop: bool = True,
                   on_progress: Callable[[int], None] | None = None) -> Capacity:
-    """Search `cfg`'s load knob (starting from its configured value) for the highest achieved rate
-    at which `slo.target` of the requests meet the SLO, to `rel_tol` of the knob (one session for
-    a concurrency). `max_doublings` bounds the bracketing each way. `on_progress` is passed to
-    every run's simulate. The returned Capacity's `result` is that run, so `at_load(cfg,
-    cap.load)` reproduces it."""
+    """Search `cfg`'s load knob from its configured value for the highest load at which
+    `slo.target` holds, by the rule in the module docstring, to `rel_tol` of the knob (one session
+    for a concurrency). `workload` is the workload at the configured load (with a horizon, the
+    search builds each load's own from the config). `max_doublings` bounds the bracketing each
+    way. `early_stop`: stop runs that can no longer pass (same capacity, less time).
+    `on_progress` is passed to every run's simulate. The Capacity's `result` is the run at `load`,
+    so `at_load(cfg, cap.load)` reproduces it."""
+    wall0 = time.perf_counter()
     knob = load_knob(cfg)
+    steady = knob == "session_rate_rps"
     integer = knob == "concurrent_sessions"
     ceiling = _session_count(workload) if integer else float("inf")
+    source = resample_source(cfg) if steady else None
     runs: dict[float, Result] = {}
+    passed: dict[float, bool] = {}
 
     def meets(load: float) -> bool:
         if load not in runs:
-            runs[load] = simulate(at_load(cfg, load), workload, seed, on_progress=on_progress)
-        return runs[load].summary["slo_attainment"] >= cfg.slo.target
+            at = at_load(cfg, load)
+            w = load_workload(at, source) if steady else workload
+            stop = hopeless(at, w, steady) if early_stop else None
+            runs[load] = simulate(at, w, seed, on_progress=on_progress, stop_when=stop)
+            passed[load] = passes(runs[load].summary, knob, cfg.slo.target)
+        return passed[load]
+
+    def step_small_enough(lo: float, hi: float) -> bool:
+        if integer:
+            return hi - lo <= 1
+        tol = rel_tol
+        s = runs[lo].summary
+        if steady and s["steady_rps_hi"] is not None and s["steady_rps"]:
+            tol = max(tol, (s["steady_rps_hi"] - s["steady_rps_lo"]) / 2 / s["steady_rps"])
+        return hi - lo <= tol * lo
 
     start = getattr(cfg.workload, knob)
     lo, hi = (start, None) if meets(start) else (None, start)
@@ -100,17 +196,54 @@ def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None,
             lo, hi = (down, hi) if meets(down) else (None, down)
         else:
             break
-    if lo is None:                          # missed even at the lowest load tried
-        assert hi is not None
-        return Capacity(0.0, knob, hi, runs[hi])
-    if hi is not None:
-        while hi - lo > max(rel_tol * lo, 1 if integer else 0):
+    if lo is not None and hi is not None:
+        while not step_small_enough(lo, hi):
             mid = (lo + hi) // 2 if integer else (lo + hi) / 2
             lo, hi = (mid, hi) if meets(mid) else (lo, mid)
-    # in closed loop the achieved rate need not grow with the knob: take the best passing run
-    passing = [load for load in runs if meets(load)]
-    best = max(passing, key=lambda load: runs[load].summary["achieved_rps"] or 0.0)
-    cap = Capacity(None, knob, best, runs[best])
-    if hi is not None:
-        cap.capacity_rps = cap.lower_bound_rps
+    at = lo if lo is not None else hi
+    assert at is not None                       # one of the two bounds is always known
+    s = runs[at].summary
+    cap = Capacity(None, knob, at, runs[at], runs=len(runs), loads=passed,
+                   stopped_early=sum(bool(r.summary["stopped_early"]) for r in runs.values()))
+    if lo is None:                              # failed even at the lowest load tried
+        if steady and not any(r.summary["steady_stationary"] for r in runs.values()):
+            cap.status = "never stationary"
+        else:
+            cap.capacity_rps, cap.status = 0.0, "failed at every load"
+    elif hi is None:
+        cap.status = "never saturated"
+    else:
+        cap.capacity_rps = s[rate_key(knob)]
+        if steady:
+            cap.interval = (s["steady_rps_lo"], s["steady_rps_hi"])
+    cap.wall_s = time.perf_counter() - wall0
     return cap
+
+
+def resample_source(cfg: Config) -> Workload | None:
+    """What a horizon workload of `cfg` resamples, read once for a search over rates (None: an
+    Agent generator makes its sessions itself)."""
+    if isinstance(cfg.workload.synthetic, AgentSynthetic):
+        return None
+    return load_workload(cfg.model_copy(update={"workload": cfg.workload.model_copy(
+        update={"horizon_s": None})}))
+
+
+def interval(samples: list[float | None]) -> tuple[float | None, float | None, float | None]:
+    """Mean and 95% Student-t interval; no interval from one sample, no mean if one is missing."""
+    values = [s for s in samples if s is not None]
+    if len(values) < len(samples):
+        return None, None, None
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return mean, None, None
+    t = T975[min(len(samples) - 1, len(T975)) - 1]
+    half = t * float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def distinguishable(a: tuple[float, float] | None, b: tuple[float, float] | None) -> bool | None:
+    """Whether two capacities' 95% intervals are disjoint (None: an interval is missing)."""
+    if a is None or b is None:
+        return None
+    return a[1] < b[0] or b[1] < a[0]

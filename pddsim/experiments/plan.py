@@ -39,7 +39,7 @@ from pddsim.config import Config, load_config
 from pddsim.cost import cost_per_hour, gpu_price
 from pddsim.errors import InputError
 from pddsim.experiments.backends import Failed, Processes
-from pddsim.experiments.capacity import find_capacity
+from pddsim.experiments.capacity import find_capacity, interval
 from pddsim.experiments.result_cache import ResultCache, workload_digest
 from pddsim.experiments.sweep import parse_axis
 from pddsim.sim import load_workload
@@ -49,10 +49,6 @@ from pddsim.workload.model import Workload
 OBJECTIVES = ("bcr", "capacity", "cost", "margin")
 TASK = "plan-capacity"      # what a cached result measured
 CAPACITY_TOL = 0.03         # the capacity search's relative tolerance, hence the slack on bounds
-# two-sided 95% Student-t quantiles by degrees of freedom (beyond 30: the 30 value, conservative)
-T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042]
 RANGE = re.compile(r"\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*(?::\s*(\d+)\s*)?")
 
 
@@ -91,19 +87,6 @@ def measure(workloads: dict[str, Workload], task: tuple[Config, str, int]) -> di
             "bcr_at_capacity": float(cap.result.summary["bcr"]),
             "margin_at_capacity": float(cap.result.summary["margin_per_hour"]),
             "bottleneck": busy.groupby("pool")["busy_share"].mean().idxmax()}
-
-
-def interval(samples: list[float | None]) -> tuple[float | None, float | None, float | None]:
-    """Mean and 95% Student-t interval; no interval from one sample, no mean if one is missing."""
-    values = [s for s in samples if s is not None]
-    if len(values) < len(samples):
-        return None, None, None
-    mean = float(np.mean(values))
-    if len(values) < 2:
-        return mean, None, None
-    t = T975[min(len(samples) - 1, len(T975)) - 1]
-    half = t * float(np.std(values, ddof=1)) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
 
 
 @dataclass

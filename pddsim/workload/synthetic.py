@@ -70,18 +70,24 @@ def poisson(spec: PoissonSpec, seed: int) -> Workload:
                     extra={"generator": "poisson", "seed": seed})
 
 
-def agent_workload(spec: AgentSpec, seed: int) -> Workload:
+def agent_workload(spec: AgentSpec, seed: int, starts: np.ndarray | None = None) -> Workload:
     """Multi-turn Agent sessions; each turn follows the previous one and extends its hash chain.
+    `starts`: the sessions' start times (default: `spec.sessions` Poisson starts at
+    `spec.session_rate`, the first at 0).
 
     `arrival_s` is an open-loop estimate (session start + the earlier turns' think and estimated
     service times); closed-loop replay uses `follows` and `think_s` instead.
     """
     rng = np.random.default_rng(seed)
-    starts = np.cumsum(rng.exponential(1 / spec.session_rate, spec.sessions))
-    starts -= starts[0]
-    turns = rng.geometric(1 / spec.turns_mean, spec.sessions)
+    if starts is None:
+        starts = np.cumsum(rng.exponential(1 / spec.session_rate, spec.sessions))
+        starts -= starts[0]
+    n_sessions = len(starts)
+    if not n_sessions:
+        return Workload([], source=f"agent(seed={seed})", extra={"generator": "agent", "seed": seed})
+    turns = rng.geometric(1 / spec.turns_mean, n_sessions)
     total = int(turns.sum())
-    session = np.repeat(np.arange(spec.sessions), turns)
+    session = np.repeat(np.arange(n_sessions), turns)
     first = np.zeros(total, dtype=bool)
     first[np.cumsum(turns) - turns] = True
 
@@ -132,7 +138,7 @@ def agent_workload(spec: AgentSpec, seed: int) -> Workload:
         prev_in, prev_out, prev_chain = n_in, n_out, chain
 
     return Workload([requests[k] for k in order.tolist()], source=f"agent(seed={seed})",
-                    sessions=spec.sessions,
+                    sessions=n_sessions,
                     extra={"generator": "agent", "seed": seed, "spec": spec.model_dump()})
 
 
@@ -159,7 +165,7 @@ def benchmark(spec: BenchmarkSpec, seed: int) -> Workload:
 
 
 def generate(synthetic: Synthetic, seed: int) -> Workload:
-    """The workload a config's `workload.synthetic` describes."""
+    """The workload a config's `workload.synthetic` describes (its own session count)."""
     if isinstance(synthetic, AgentSynthetic):
         return agent_workload(synthetic.knobs, seed)
     if isinstance(synthetic, BenchmarkSynthetic):

@@ -1,0 +1,140 @@
+"""Capacity in offered-load terms: sessions started over a horizon, the search on the stationary
+window, its rule for a load knob SLO attainment is not monotone in, and early stop."""
+from collections import Counter
+
+import pytest
+
+from pddsim.config import bundled, load_config
+from pddsim.experiments.capacity import distinguishable, find_capacity, load_knob
+from pddsim.sim import load_workload, simulate
+from pddsim.workload.horizon import resample, sessions_of
+from pddsim.workload.synthetic import AgentSpec, agent_workload
+
+KNOBS = dict(session_rate=0.2, turns_mean=5, system_tokens=512, context_mean=3000,
+             context_sigma=0.3, append_mean=1000, append_sigma=0.5, long_prob=0.0, output_mean=200,
+             output_sigma=0.3, think_mean=2, think_sigma=0.5, reset_prob=0, max_context=0)
+
+
+def horizon_config(make_config, rate: float, horizon_s: float = 400, **overrides):
+    return make_config(workload={"replay": "closed", "horizon_s": horizon_s,
+                                 "session_rate_rps": rate,
+                                 "synthetic": {"kind": "agent", "knobs": KNOBS}}, **overrides)
+
+
+def two_speed_table(path, decode_s: float):
+    """Prefill 10 ms + 10 us a token; a decode step `decode_s` whatever the batch."""
+    rows = ["phase,tokens,context,time_s"]
+    for t in (0, 1_000_000):
+        for ctx in (0, 10**10):
+            rows += [f"prefill,{t},{ctx},{0.01 + 1e-5 * t}", f"decode,{t},{ctx},{decode_s}"]
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_a_horizon_generates_sessions_at_the_rate(make_config):
+    """An Agent workload with a horizon has ~rate x horizon sessions, all started inside it; the
+    same seed gives the same workload."""
+    cfg = horizon_config(make_config, 2.0, 500)
+    w = load_workload(cfg)
+    starts = [w.requests[m[0]].arrival_s for m in sessions_of(w)]
+    assert abs(len(starts) - 1000) < 4 * 1000 ** 0.5
+    assert 0 <= min(starts) and max(starts) < 500
+    assert [r.hash_ids for r in load_workload(cfg).requests] == [r.hash_ids for r in w.requests]
+    assert load_knob(cfg) == "session_rate_rps"
+
+
+def test_resampling_keeps_each_session_and_gives_copies_their_own_blocks():
+    """Each copy is one of the recorded sessions, whole (lengths, think times, which turn follows
+    which); blocks shared by sessions (the system prompt) stay shared, a session's own blocks are
+    fresh in every copy."""
+    base = agent_workload(AgentSpec(sessions=20, **KNOBS), seed=0)
+    out = resample(base, 2.0, 100, seed=3)
+    assert out.requests == resample(base, 2.0, 100, seed=3).requests
+    shape = {tuple((base.requests[i].input_tokens, base.requests[i].output_tokens,
+                    base.requests[i].think_s) for i in m) for m in sessions_of(base)}
+    copies = sessions_of(out)
+    assert abs(len(copies) - 200) < 4 * 200 ** 0.5
+    system = set(base.requests[0].hash_ids[:512 // 64])
+    owners: Counter = Counter()
+    for m in copies:
+        reqs = [out.requests[i] for i in m]
+        assert tuple((r.input_tokens, r.output_tokens, r.think_s) for r in reqs) in shape
+        assert all(r.follows == (-1 if k == 0 else m[k - 1]) for k, r in enumerate(reqs))
+        owners.update({h for r in reqs for h in r.hash_ids})
+    assert all(owners[h] == len(copies) for h in system)
+    assert all(n == 1 for h, n in owners.items() if h not in system)
+    assert [r.arrival_s for r in out.requests] == sorted(r.arrival_s for r in out.requests)
+
+
+def test_steady_rate_is_the_load_not_the_speed(make_config, tmp_path):
+    """Metamorphic: two deployments whose answers differ only in decode speed (10 vs 40 ms a
+    token), both below capacity, fed the same session starts: their steady-state rates agree within
+    sampling error (they issue what the sessions ask), though their whole-run rates differ (the
+    slow one's last sessions take longer to drain)."""
+    rate = {}
+    for decode_s in (0.01, 0.04):
+        cfg = horizon_config(make_config, 0.6, 1000, slo={"ttft_s": 5.0, "tpot_s": 0.05},
+                             perf={"kind": "table", "table": two_speed_table(
+                                 tmp_path / f"t{decode_s}.csv", decode_s)})
+        s = simulate(cfg, load_workload(cfg)).summary
+        assert s["steady_stationary"] and s["steady_slo_attainment"] == 1.0
+        rate[decode_s] = s
+    fast, slow = rate[0.01], rate[0.04]
+    assert not distinguishable((fast["steady_rps_lo"], fast["steady_rps_hi"]),
+                               (slow["steady_rps_lo"], slow["steady_rps_hi"]))
+    assert fast["steady_rps"] == pytest.approx(slow["steady_rps"], rel=0.03)
+    assert slow["achieved_rps"] < 0.95 * fast["achieved_rps"]
+
+
+def test_capacity_is_the_steady_rate_at_the_highest_passing_load(make_config):
+    """The search reports the steady rate of its highest passing load, which sits below the
+    lowest failing load it tried; every load it tried above the capacity's failed."""
+    cfg = horizon_config(make_config, 0.5, roles=(("colocated", 1),), per_token=1e-4)
+    cap = find_capacity(cfg, load_workload(cfg))
+    assert cap.found and cap.status == "found"
+    assert cap.capacity_rps == cap.result.summary["steady_rps"]
+    assert cap.interval[0] <= cap.capacity_rps <= cap.interval[1]
+    assert cap.loads[cap.load]
+    failing = [load for load, ok in cap.loads.items() if not ok]
+    assert failing and cap.load < min(failing)
+    assert all(not ok for load, ok in cap.loads.items() if load > cap.load)
+    assert cap.summary()["capacity_runs"] == len(cap.loads)
+
+
+def test_a_run_that_never_saturates_reports_a_lower_bound(make_config):
+    cfg = horizon_config(make_config, 0.05, roles=(("colocated", 4),))
+    cap = find_capacity(cfg, load_workload(cfg), max_doublings=2)
+    assert not cap.found and cap.status == "never saturated"
+    assert cap.load == pytest.approx(0.2)
+    assert cap.summary()["capacity_lower_bound_rps"] == cap.result.summary["steady_rps"] > 0
+
+
+def test_a_run_overloaded_from_the_start_is_not_a_rate(make_config):
+    """Sessions start far faster than one slow instance serves them: the backlog grows all
+    along, the run is flagged non-stationary and the search reports that, not a rate."""
+    cfg = horizon_config(make_config, 4.0, 120, roles=(("colocated", 1),), per_token=1e-3)
+    s = simulate(cfg, load_workload(cfg)).summary
+    assert not s["steady_stationary"] and s["steady_rps"] is None
+    cap = find_capacity(cfg, load_workload(cfg), max_doublings=1)
+    assert cap.status == "never stationary" and cap.capacity_rps is None
+
+
+def test_early_stop_stops_only_failing_runs(make_config):
+    cfg = horizon_config(make_config, 0.5, roles=(("colocated", 1),), per_token=1e-4)
+    w = load_workload(cfg)
+    with_stop, without = (find_capacity(cfg, w, early_stop=e) for e in (True, False))
+    assert with_stop.stopped_early > 0 and without.stopped_early == 0
+    assert with_stop.loads == without.loads
+    assert (with_stop.capacity_rps, with_stop.load) == (without.capacity_rps, without.load)
+
+
+@pytest.mark.parametrize("name", ["paper/same_dc_pd.yaml", "paper/pdd.yaml"])
+def test_early_stop_never_changes_the_capacity_on_the_bundled_scenarios(name):
+    """The paper scenarios over a short horizon: the same loads pass and fail, the same capacity,
+    with and without early stop."""
+    cfg = load_config(bundled(name), values={"workload.horizon_s": 600})
+    w = load_workload(cfg)
+    with_stop, without = (find_capacity(cfg, w, early_stop=e, rel_tol=0.1) for e in (True, False))
+    assert with_stop.loads == without.loads
+    assert (with_stop.capacity_rps, with_stop.load) == (without.capacity_rps, without.load)
+    assert with_stop.stopped_early > 0
