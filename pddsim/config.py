@@ -62,9 +62,76 @@ class RdmaConfig(Strict):
     price_per_hour: float = Field(0.0, ge=0, description="USD per hour for the fabric")
 
 
+class Startup(Strict):
+    """How long a new instance takes to become useful: the engine's own start (process, CUDA
+    graph capture, warm-up) plus its weights loaded from `weights_from`. Defaults, per source:
+    host: one PCIe 5.0 x16 link per GPU, 64 GB/s raw, ~50 GB/s achieved (the figure the paper
+    configs use for host-tier KV loads); storage: one Gen4 NVMe drive's sequential read (~7 GB/s
+    on data-center SSD spec sheets) shared by a node's GPUs, less file-system overhead: 5 GB/s.
+    `init_s` is an estimate (graph capture and warm-up of a large MoE engine take tens of
+    seconds), not a measurement: set it from your own engine's logs."""
+
+    weights_from: Literal["host", "storage"] = Field(
+        "storage", description="host: the checkpoint is in the node's DRAM (page cache); "
+        "storage: read from the node's disks or network storage")
+    host_gb_per_s: float = Field(50.0, gt=0, description="host DRAM to one GPU's HBM, GB/s")
+    storage_gb_per_s: float = Field(5.0, gt=0, description="storage to one node, GB/s (its GPUs "
+                                    "share it)")
+    init_s: float = Field(60.0, ge=0, description="engine start besides the weights, seconds")
+
+
+class Scaling(Strict):
+    """How many instances of a group serve over time (see docs/elastic.md): `fixed` keeps
+    `count`; `schedule` follows counts by hour of day; `reactive` tracks targets on what a
+    controller polling the engines sees. Instances beyond `count` are built with the same spec,
+    off until the policy asks for them; a new one serves after its start-up, a retiring one
+    drains first."""
+
+    policy: Literal["fixed", "schedule", "reactive"] = "fixed"
+    min: int = Field(1, ge=1, description="instances held at least")
+    max: int | None = Field(None, ge=1, le=1024, description="instances held at most (null: count)")
+    schedule: dict[float, int] = Field(
+        default_factory=dict, description="schedule: hour of day -> instances from then on "
+        "(wrapping around the day); the day lasts `day_s`")
+    day_s: float = Field(86400.0, gt=0, description="schedule: the length of a day, seconds "
+                         "(shorter compresses one, as the workload's `day_s` does)")
+    interval_s: float = Field(30.0, gt=0, description="reactive: the measurement interval")
+    cooldown_s: float = Field(300.0, ge=0, description="reactive: no change sooner than this "
+                              "after the previous one")
+    tolerance: float = Field(0.1, ge=0, lt=1, description="reactive: no change while every "
+                             "observed/target ratio is within 1 +- this")
+    queue_per_instance: float | None = Field(
+        None, gt=0, description="reactive target: requests waiting per instance")
+    kv_occupancy: float | None = Field(None, gt=0, le=1, description="reactive target: share "
+                                       "of the KV pool in use (mean over the group)")
+    ttft_s: float | None = Field(None, gt=0, description="reactive target: TTFT of the requests "
+                                 "ended in the last interval, at `percentile`")
+    tpot_s: float | None = Field(None, gt=0, description="reactive target: TPOT, likewise")
+    percentile: float = Field(90.0, gt=0, le=100, description="reactive: of TTFT and TPOT")
+    drain_poll_s: float = Field(1.0, gt=0, description="how often a draining instance is "
+                                "checked for having finished its work")
+    startup: Startup = Startup()
+
+    @model_validator(mode="after")
+    def _policy(self):
+        if self.policy == "schedule":
+            if not self.schedule:
+                raise ValueError("policy 'schedule' needs schedule (hour -> count)")
+            for hour in self.schedule:
+                if not 0 <= hour < 24:
+                    raise ValueError(f"schedule: hour {hour:g} is not in [0, 24)")
+        elif self.schedule:
+            raise ValueError(f"schedule goes with policy 'schedule', not {self.policy!r}")
+        targets = (self.queue_per_instance, self.kv_occupancy, self.ttft_s, self.tpot_s)
+        if self.policy == "reactive" and all(t is None for t in targets):
+            raise ValueError("policy 'reactive' needs a target: queue_per_instance, kv_occupancy, "
+                             "ttft_s or tpot_s")
+        return self
+
+
 class InstanceGroup(Strict):
     role: Literal["prefill", "decode", "colocated", "relay"]
-    count: int = Field(ge=1)
+    count: int = Field(ge=1, description="instances at the start")
     tp: int = Field(1, ge=1, description="tensor-parallel GPUs of each attention rank")
     dp: int = Field(1, ge=1, description="attention data-parallel ranks per instance, each with "
                     "its own requests' KV and a replica of the non-expert weights; an instance "
@@ -73,12 +140,29 @@ class InstanceGroup(Strict):
                     "over ep groups of tp x dp / ep GPUs, tensor-parallel within a group)")
     max_batch: int | None = Field(None, ge=1, description="requests in one iteration at most, "
                                   "for this group (null: batching.max_batch)")
+    scaling: Scaling = Field(Scaling(), description="how the count changes over the run")
 
     @model_validator(mode="after")
     def _layout(self):
         if (self.tp * self.dp) % self.ep:
             raise ValueError(f"ep={self.ep} must divide the instance's tp x dp = {self.tp * self.dp} GPUs")
+        sc = self.scaling
+        if sc.policy == "fixed" and sc.max not in (None, self.count):
+            raise ValueError(f"scaling.max: policy 'fixed' keeps count {self.count}; set a policy "
+                             "that changes it")
+        if not sc.min <= self.count <= self.most:
+            raise ValueError(f"scaling: count {self.count} is not within min {sc.min} and max "
+                             f"{self.most}")
+        for hour, n in sc.schedule.items():
+            if not sc.min <= n <= self.most:
+                raise ValueError(f"scaling.schedule: {n} instances at hour {hour:g} are not "
+                                 f"within min {sc.min} and max {self.most}")
         return self
+
+    @property
+    def most(self) -> int:
+        """Instances the group can have at once (built up front, off beyond `count`)."""
+        return self.count if self.scaling.max is None else self.scaling.max
 
     @property
     def gpus(self) -> int:
@@ -550,7 +634,7 @@ class Config(Strict):
         for cname, cluster in self.clusters.items():
             for g in cluster.instances:
                 pool = names.setdefault(f"{cname}/{g.role}", [])
-                for _ in range(g.count):
+                for _ in range(g.most):
                     n = count.get(g.role, 0)
                     pool.append(f"{cname}/{g.role}{n}")
                     count[g.role] = n + 1

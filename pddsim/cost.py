@@ -23,8 +23,11 @@ def gpu_count(cfg: Config) -> dict[str, int]:
     return counts
 
 
-def cost_per_hour(cfg: Config) -> float:
-    gpus = sum(n * gpu_price(cfg, name) for name, n in gpu_count(cfg).items())
+def cost_per_hour(cfg: Config, gpus_held: dict[str, float] | None = None) -> float:
+    """The deployment's GPUs (`gpus_held`: those held on average per GPU type, when pools
+    scale; else the configured counts) at their prices, plus its lines."""
+    held = gpu_count(cfg) if gpus_held is None else gpus_held
+    gpus = sum(n * gpu_price(cfg, name) for name, n in held.items())
     lines = sum(c.rdma.price_per_hour for c in cfg.clusters.values())
     if cfg.wan is not None:
         lines += cfg.wan.price_per_hour

@@ -29,6 +29,7 @@ from pddsim.system.faults import STALLED, FaultInjector
 from pddsim.system.pdd import PDD
 from pddsim.system.pipelines import Colocated, Disaggregated
 from pddsim.system.routers import make_router
+from pddsim.system.scaling import Elastic
 from pddsim.timeline import Timeline
 from pddsim.timeseries import (
     INSTANCE_UTILIZATION,
@@ -169,6 +170,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     routers = {pool: make_router(getattr(cfg.policies, f"{pool}_router"))
                for pool in ("prefill", "decode", "relay")}
     replay: Replay                      # created below: it needs the pipeline, which needs on_end
+    elastic: Elastic | None = None      # created below, when a group scales
     in_flight: dict[int, Request] = {}     # issued, not ended: each request ends exactly once
     timeline = Timeline(cfg.observe.timeline_limit) if cfg.observe.timeline else None
 
@@ -177,6 +179,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
             raise InvariantError(f"request {req.idx} ended twice (or something else ended in its name)")
         if checks is not None:
             checks.request_ended(req)
+        if elastic is not None:
+            elastic.request_ended(req)
         recorder.record(req)
         if timeline is not None:
             timeline.request(req)
@@ -189,7 +193,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     pipeline = make_pipeline(env, cfg, routers, on_end, seed)
     pipeline.dep = build(env, cfg, pipeline, seed)
     reqs = workload.requests
-    all_instances = [i for pool in pipeline.dep.pools.values() for i in pool]
+    all_instances = [i for members in pipeline.dep.members.values() for i in members]
     if isinstance(env, CheckedEnvironment):
         checks = Invariants(env, all_instances, pipeline.dep.links)
     if timeline is not None:
@@ -206,6 +210,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     dispatch = pipeline.dispatch if faults is None else faults.dispatch
     if checks is not None and faults is not None:
         checks.is_down = faults.is_down
+    elastic = Elastic(env, cfg, pipeline.dep, pipeline, in_flight, faults) \
+        if Elastic.needed(cfg) else None
 
     # the serving front end holds each request this long (and a random extra) before the engine
     # sees it, after its turn in the serving process, which takes requests one at a time
@@ -249,7 +255,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     instances = pd.DataFrame([
         {"instance": i.name, "role": i.role, "busy_share": i.busy_s / max(env.now, 1e-12),
          "tokens_decoded": i.tokens_decoded, "preemptions": i.preemptions,
-         "kv_capacity_tokens": i.capacity, "kv_peak_tokens": i.kv_peak}
+         "kv_capacity_tokens": i.capacity, "kv_peak_tokens": i.kv_peak,
+         "held_s": env.now if elastic is None else elastic.held_s(i, 0.0, env.now)}
         for i in all_instances])
     instances = instances.join(sampler.instance_utilization() if sampler is not None
                                else pd.DataFrame(columns=list(INSTANCE_UTILIZATION)), on="instance")
@@ -260,8 +267,11 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         df["warmup"] = df["request"].to_numpy() < workload.warmup
         measured = df[~df["warmup"]].reset_index(drop=True)
         span = env.now - float(measured["arrival_s"].min())
+    t0 = env.now - span
     summary = summarize(measured, instances, system=cfg.name, sim_duration_s=span,
-                        cost_per_hour=cost_per_hour(cfg), wall_s=time.perf_counter() - wall0)
+                        cost_per_hour=cost_per_hour(
+                            cfg, None if elastic is None else elastic.mean_gpus(t0, env.now)),
+                        wall_s=time.perf_counter() - wall0)
     summary["warmup_requests"] = workload.warmup
     # the SLO its attainment, goodput and BCR are measured against: summaries compare only with it
     summary.update(slo_ttft_s=cfg.slo.ttft_s, slo_tpot_s=cfg.slo.tpot_s, slo_target=cfg.slo.target)
@@ -272,6 +282,9 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     summary.update(session_summary(sessions))
     if faults is not None:
         summary.update(faults.summary(df, env.now))
+    if elastic is not None:
+        summary.update(elastic.summary(measured["arrival_s"].to_numpy(),
+                                       measured["finish_s"].to_numpy(), t0, env.now))
     return Result(summary=summary, requests=df, links=links, instances=instances, sessions=sessions,
                   timeseries=series, window_s=period_s if period_s > 0 else env.now or 1.0,
                   timeline=timeline)

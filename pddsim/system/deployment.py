@@ -22,9 +22,23 @@ GBIT = 1e9 / 8
 
 
 @dataclass
+class Group:
+    """The instances of one instance group of the config, in order: the first `spec.count` serve
+    from the start, the rest (up to its scaling max) are built off. `startup_s`: how long one
+    takes to start (see `config.Startup`)."""
+    cluster: str
+    where: str                              # its config path, for messages
+    spec: InstanceGroup
+    instances: list[Instance]
+    startup_s: float
+
+
+@dataclass
 class Deployment:
     model: catalog.ModelSpec
-    pools: dict[str, Pool] = field(default_factory=dict)
+    pools: dict[str, Pool] = field(default_factory=dict)   # the instances in service, per role
+    members: dict[str, list[Instance]] = field(default_factory=dict)   # all built, per role
+    groups: list[Group] = field(default_factory=list)
     rdma: dict[str, Fabric] = field(default_factory=dict)
     wan: Link | None = None
     daemons: Daemons | None = None          # the periodic processes of its environment
@@ -152,6 +166,22 @@ def make_fabric(env, name: str, rdma: RdmaConfig, gpu: catalog.GpuSpec,
     return fabric
 
 
+def startup_s(model: catalog.ModelSpec, group: InstanceGroup, gpus_per_node: int) -> float:
+    """Seconds from asking for an instance to its serving: the engine's start, then each GPU's
+    share of the weights (every attention rank a replica of the non-expert weights, the experts
+    spread over all GPUs) loaded over its own host link, or over its node's storage read, which
+    the node's GPUs of this instance share."""
+    st = group.scaling.startup
+    weights = model.weight_bytes if group.dp == 1 else \
+        model.shared_weight_bytes * group.dp + model.weight_bytes_routed
+    per_gpu = weights / group.gpus
+    if st.weights_from == "host":
+        load_s = per_gpu / (st.host_gb_per_s * 1e9)
+    else:
+        load_s = per_gpu * min(group.gpus, gpus_per_node) / (st.storage_gb_per_s * 1e9)
+    return st.init_s + load_s
+
+
 def build(env, cfg: Config, hooks, seed: int) -> Deployment:
     model = cfg.served_model()
     dep = Deployment(model=model, daemons=Daemons(env))
@@ -168,18 +198,28 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
             cache_tokens, tier = cache_size(cfg, model, cluster, group, capacity, where)
             host = cluster.host_memory if tier == "host" else None
             pool = dep.pools.setdefault(group.role, Pool())
-            for _ in range(group.count):
-                name = f"{cname}/{group.role}{len(pool)}"
+            built = dep.members.setdefault(group.role, [])
+            instances = []
+            for k in range(group.most):
+                name = f"{cname}/{group.role}{len(built)}"
                 load = None if host is None else Link(env, f"host:{name}", host.load_gb_per_s * 1e9, 0.0)
-                pool.append(Instance(env, name, group.role, cname, perf=perf,
-                                     kv_capacity_tokens=capacity,
-                                     batching=group_batching(cfg, group, engine),
-                                     cache=PrefixCache(cache_tokens) if cache_tokens else None,
-                                     hooks=hooks, host_load=load,
-                                     kv_bytes_per_token=model.kv_bytes_per_token,
-                                     scheduler=engine.scheduler, admission=engine.admission,
-                                     reserve_share=engine.reserve_share))
-                members.append((pool[-1], group.gpus))
+                inst = Instance(env, name, group.role, cname, perf=perf,
+                                kv_capacity_tokens=capacity,
+                                batching=group_batching(cfg, group, engine),
+                                cache=PrefixCache(cache_tokens) if cache_tokens else None,
+                                hooks=hooks, host_load=load,
+                                kv_bytes_per_token=model.kv_bytes_per_token,
+                                scheduler=engine.scheduler, admission=engine.admission,
+                                reserve_share=engine.reserve_share)
+                if k < group.count:
+                    pool.append(inst)
+                else:
+                    inst.crash()                # off: its engine loop starts when it does
+                built.append(inst)
+                instances.append(inst)
+                members.append((inst, group.gpus))
+            dep.groups.append(Group(cname, where, group, instances,
+                                    startup_s(model, group, cluster.rdma.gpus_per_node)))
         dep.rdma[cname] = make_fabric(env, f"rdma:{cname}", cluster.rdma, gpu, members)
     if cfg.wan is not None and len(cfg.clusters) == 2:
         dep.wan = make_link(env, "wan", cfg.wan, np.random.default_rng([seed, 2]), dep.daemons)

@@ -43,7 +43,8 @@ class FaultInjector:
         self.link_down_s: Counter = Counter()
         self.retries = 0                 # re-dispatches, all requests together
         self.retried: set[int] = set()   # requests re-dispatched at least once
-        self.members = {role: list(pool) for role, pool in dep.pools.items()}
+        self.members = dep.members       # every instance built, in service or not
+        self.elastic = None              # the run's Elastic pools, when a group scales
         self.entry = "colocated" if "colocated" in dep.pools else "prefill"
         self._down: Counter = Counter()            # faults holding each instance down
         self._pool_empty_since: dict[str, float | None] = dict.fromkeys(dep.pools)
@@ -119,28 +120,39 @@ class FaultInjector:
         self._down[inst] += 1
         if self._down[inst] > 1:
             return
-        pool = self.dep.pools[inst.role]
-        pool.remove(inst)
-        if not pool:
-            self._pool_empty_since[inst.role] = self.env.now
+        if inst in self.dep.pools[inst.role]:    # (not when off, starting or draining)
+            self.leave_pool(inst)
         for req in list(self.in_flight.values()):
             if self.pipeline.lost_with(req, inst):
                 self.retry(req, INSTANCE_FAILED)
         self.pipeline.instance_lost(inst)
         inst.crash()
+        if self.elastic is not None:
+            self.elastic.lost(inst)
 
     def _bring_up(self, inst) -> None:
         self._down[inst] -= 1
         if self._down[inst]:
             return
-        inst.restart()
+        if self.elastic is None or self.elastic.restored(inst):
+            inst.restart()
+            self.join_pool(inst)
+
+    def leave_pool(self, inst) -> None:
+        """`inst` leaves service (it died, or drains)."""
+        pool = self.dep.pools[inst.role]
+        pool.remove(inst)
+        if not pool:
+            self._pool_empty_since[inst.role] = self.env.now
+
+    def join_pool(self, inst) -> None:
+        """`inst` is in service (restarted, started or no longer draining): requests waiting for
+        its pool go on."""
         pool = self.dep.pools[inst.role]
         if not pool:
             self.pool_empty_s[inst.role] += self.env.now - self._pool_empty_since[inst.role]
             self._pool_empty_since[inst.role] = None
-        order = self.members[inst.role]
         pool.append(inst)
-        pool.sort(key=order.index)
         parked, self.parked = self.parked, []
         for req, resume in parked:
             if self.in_flight.get(req.idx) is req:
