@@ -16,6 +16,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from pddsim.version import __version__ as __version__
+
 if TYPE_CHECKING:  # `X as X`: re-exported
     from pddsim.config import AgentSpec as AgentSpec
     from pddsim.config import Config as Config
@@ -38,7 +40,6 @@ _HOME = {
     "Result": "pddsim.sim", "load_workload": "pddsim.sim", "simulate": "pddsim.sim",
 }
 __all__ = sorted(_HOME)
-__version__ = "0.2.0"     # bumped when results or the schema change (CHANGELOG.md)
 
 
 def __getattr__(name: str) -> Any:

@@ -463,7 +463,7 @@ def _add_backend_args(p, cache: bool = True):
 
 
 def parser() -> Parser:
-    from pddsim import __version__
+    from pddsim.version import __version__
     top = Parser(prog="pddsim", description="Simulate cross-datacenter PD / PDD LLM serving.")
     top.add_argument("--version", action="version", version=f"pddsim {__version__}")
     sub = top.add_subparsers(dest="command", required=True, parser_class=Parser)

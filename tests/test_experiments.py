@@ -232,4 +232,4 @@ def test_capacity_shows_progress_on_stderr_unless_quiet(config_file, monkeypatch
     (quiet, bar), = bars
     assert quiet is not shown
     runs = bar.n / 300                         # write_config's workload: 300 requests a run
-    assert runs >= 3 and runs == int(runs)    # every run of the search counted, whole
+    assert runs >= 3     # every run of the search counted (one stopped early: the requests it reached)

@@ -13,9 +13,9 @@ import json
 import os
 from pathlib import Path
 
-from pddsim import __version__
 from pddsim.config import Config
 from pddsim.errors import InputError
+from pddsim.version import __version__
 from pddsim.workload.model import Workload
 
 
