@@ -1,5 +1,5 @@
-"""Command line: `pddsim run | compare | capacity | sweep | plan | check | validate | schema | trace |
-bench | perf`.
+"""Command line: `pddsim run | compare | capacity | sweep | plan | report | diff | check | validate |
+schema | trace | bench | perf`.
 
 Bad input ends with one line on stderr and exit status 2; an internal error with one line and exit
 status 1 (`--debug`: the traceback).
@@ -218,6 +218,12 @@ def _compare_loads(args, configs, workload) -> int:
 def cmd_report(args) -> int:
     from pddsim.report import write_report
     print(write_report(args.folder, args.output))
+    return 0
+
+
+def cmd_diff(args) -> int:
+    from pddsim.report import write_diff
+    print(write_diff(args.run_a, args.run_b, args.output))
     return 0
 
 
@@ -652,11 +658,19 @@ def parser() -> Parser:
     tub.add_argument("--quiet", action="store_true")
     tub.set_defaults(func=cmd_bathtub)
 
-    rep = sub.add_parser("report", help="one self-contained HTML page from `run --out` or "
-                         "`compare --out` output")
-    rep.add_argument("folder", help="a run's --out folder, or one holding several runs")
+    rep = sub.add_parser("report", help="one self-contained interactive HTML page (opens "
+                         "offline) from what `run`, `compare`, `plan` or `sweep` wrote with --out")
+    rep.add_argument("folder", help="a run's --out folder, one holding several runs, a plan's "
+                     "--out folder or a sweep's table (.parquet / .csv)")
     rep.add_argument("-o", "--output", required=True, metavar="FILE.html")
     rep.set_defaults(func=cmd_report)
+
+    dif = sub.add_parser("diff", help="two saved runs side by side: the headline table with "
+                         "deltas of B against A")
+    dif.add_argument("run_a", metavar="RUN_A", help="a `run --out` folder: the reference")
+    dif.add_argument("run_b", metavar="RUN_B", help="another `run --out` folder")
+    dif.add_argument("-o", "--output", metavar="FILE.html", help="also write the report of both")
+    dif.set_defaults(func=cmd_diff)
 
     perf = sub.add_parser("perf", help="iteration-time models")
     psub = perf.add_subparsers(dest="perf_command", required=True, parser_class=Parser)

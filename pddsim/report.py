@@ -1,42 +1,56 @@
-"""One self-contained HTML page from what `pddsim run --out` wrote: the summary and where the time
-went, TTFT distributions and TTFT by prefix-hit bucket, the time series and utilisation per pool.
+"""One self-contained interactive HTML page from what `pddsim run --out`, `compare --out`,
+`plan --out` or `sweep --out` wrote: provenance first, the headline table with units and deltas
+against the first system, then figures one can hover, zoom and toggle.
 
-A directory whose subdirectories are runs (one per system, as `compare --out` writes them) gives
-one page comparing them; any other table found beside the runs (a plan's points, say) is shown as
-it is. Figures are inline SVG and the page loads nothing from the network, so it can be mailed or
-archived as one file.
+Runs are overlaid on one time axis (in minutes or hours, as the run's length asks), TTFT and SLO
+attainment carry their SLO lines, link throughput is in Gb/s, a window without arrivals is a gap
+rather than a straight line across it, and legends sit above the plot, off the data. The plotting
+library's JavaScript (Plotly) is embedded, so the page opens offline and can be mailed or archived
+as one file.
 """
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from pddsim.errors import InputError
-from pddsim.metrics import by_bucket, headline, stage_table
+from pddsim.experiments.compare import comparison_frame
+from pddsim.metrics import by_bucket, stage_table
 
 RUN_TABLES = {"requests", "instances", "links", "timeseries", "windows", "sessions"}
+TABLE_FILES = (".parquet", ".csv")
 
 
 class Run:
-    """The tables of one run directory."""
+    """The tables of one run directory, and its provenance when it recorded one."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, name: str | None = None):
         self.path = path
-        self.summary = json.loads((path / "summary.json").read_text())
-        self.name = str(self.summary.get("system") or path.name)
-        self.tables = {}
-        for name in RUN_TABLES:
-            self.tables[name] = _read_table(path, name)
+        self.summary = _read_json(path / "summary.json")
+        self.provenance = self.summary.get("provenance") or sidecar_provenance(path)
+        self.name = name or str(self.summary.get("system") or path.name)
+        self.tables = {name: _read_table(path, name) for name in RUN_TABLES}
 
     def table(self, name: str) -> pd.DataFrame:
-        return self.tables.get(name) if self.tables.get(name) is not None else pd.DataFrame()
+        found = self.tables.get(name)
+        return found if found is not None else pd.DataFrame()
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: not valid JSON ({e})") from None
+
+
+def sidecar_provenance(folder: Path) -> dict | None:
+    """What produced the outputs in `folder`, when it recorded that beside them."""
+    path = folder / "provenance.json"
+    return _read_json(path) if path.is_file() else None
 
 
 def _read_table(folder: Path, name: str) -> pd.DataFrame | None:
@@ -44,137 +58,324 @@ def _read_table(folder: Path, name: str) -> pd.DataFrame | None:
                          (".jsonl", lambda p: pd.read_json(p, lines=True))):
         path = folder / f"{name}{suffix}"
         if path.is_file():
-            try:
-                return read(path)
-            except (ValueError, OSError) as e:
-                raise InputError(f"{path}: cannot read table ({e})") from None
+            return _read(path, read)
     return None
 
 
-def find_runs(folder: Path) -> tuple[list[Run], dict[str, pd.DataFrame], list[Path]]:
-    """The runs in `folder` (itself, or its subfolders), any other tables lying there (a plan's
-    points) and the PNG figures beside them (a plan's heatmap and Pareto front)."""
-    if not folder.is_dir():
-        raise InputError(f"{folder}: not a directory (give what `pddsim run --out` wrote)")
+def _read(path: Path, read=None) -> pd.DataFrame:
+    read = read or (pd.read_parquet if path.suffix == ".parquet" else pd.read_csv)
     try:
-        if (folder / "summary.json").is_file():
-            runs = [Run(folder)]
-        else:
-            runs = [Run(p) for p in sorted(folder.iterdir()) if (p / "summary.json").is_file()]
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{folder}: a summary.json is not valid JSON ({e})") from None
-    extra = {}
-    for path in sorted(folder.glob("*.parquet")):
-        if path.stem not in RUN_TABLES:
-            extra[path.stem] = pd.read_parquet(path)
-    images = sorted(folder.glob("*.png"))
+        return read(path)
+    except (ValueError, OSError) as e:
+        raise InputError(f"{path}: cannot read table ({e})") from None
+
+
+def find_runs(path: Path) -> tuple[list[Run], dict[str, pd.DataFrame]]:
+    """The runs at `path` (itself, or its subfolders) and any other tables lying there (a plan's
+    points); a table file given directly (a sweep's) is read as such."""
+    if path.is_file() and path.suffix in TABLE_FILES:
+        return [], {path.stem: _read(path)}
+    if not path.is_dir():
+        raise InputError(f"{path}: not a directory or a .parquet / .csv table (give what "
+                         "`pddsim run --out`, `compare --out`, `plan --out` or `sweep --out` wrote)")
+    if (path / "summary.json").is_file():
+        runs = [Run(path)]
+    else:
+        runs = [Run(p) for p in sorted(path.iterdir()) if (p / "summary.json").is_file()]
+    extra = {p.stem: _read(p) for p in sorted(path.iterdir())
+             if p.suffix in TABLE_FILES and p.stem not in RUN_TABLES}
     if not runs and not extra:
-        raise InputError(f"{folder}: no summary.json here or in its subfolders and no table "
+        raise InputError(f"{path}: no summary.json here or in its subfolders and no table "
                          "(give what `pddsim run --out`, `compare --out` or `plan --out` wrote)")
-    return runs, extra, images
+    return runs, extra
 
 
 # -- figures ------------------------------------------------------------------------------------
-def _svg(fig) -> str:
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
-    text = buf.getvalue()
-    return text[text.index("<svg"):]          # drop the XML prolog: the SVG sits inline
+LEGEND = {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0}
 
 
-def _figure(width=7.0, height=3.2):
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(width, height))
-    return fig, fig.add_subplot()
+def _layout(title: str, xtitle: str, ytitle: str, **extra) -> dict:
+    """A figure's layout: titles, the legend above the plot (off the data), closest-point hover."""
+    return {"title": {"text": title, "x": 0, "xanchor": "left"}, "legend": LEGEND,
+            "margin": {"t": 90, "r": 20, "b": 50, "l": 70}, "height": 380, "hovermode": "closest",
+            "xaxis": {"title": {"text": xtitle}}, "yaxis": {"title": {"text": ytitle}}, **extra}
 
 
-def ttft_cdf(runs: list[Run]) -> str:
-    fig, ax = _figure()
+def _values(a) -> list:
+    """Plain JSON values (NaN as null: a gap in a line)."""
+    return [None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+            for v in np.asarray(a, dtype=object).tolist()]
+
+
+def time_unit(seconds: float) -> tuple[str, float]:
+    """The unit a time axis this long reads best in, and seconds per unit."""
+    if seconds >= 2 * 3600:
+        return "h", 3600.0
+    if seconds >= 120:
+        return "min", 60.0
+    return "s", 1.0
+
+
+def _slo_line(value: float, label: str, axis: str = "x") -> dict:
+    """A dashed line across the plot at `value` on `axis`, labelled."""
+    other = "y" if axis == "x" else "x"
+    return {"type": "line", f"{axis}0": value, f"{axis}1": value, f"{other}ref": "paper",
+            f"{other}0": 0, f"{other}1": 1, "line": {"dash": "dash", "color": "#c0392b", "width": 1},
+            "label": {"text": label, "textposition": "end", "font": {"size": 11, "color": "#c0392b"}}}
+
+
+def _slo_lines(runs: list[Run], key: str, unit: str, axis: str) -> list[dict]:
+    """One line per distinct SLO value of the runs, naming the runs when they differ."""
+    shown: dict[float, list[str]] = {}
+    for run in runs:
+        value = run.summary.get(key)
+        if value is not None:
+            shown.setdefault(value, []).append(run.name)
+    many = len(shown) > 1
+    return [_slo_line(v, f"SLO {v:g} {unit}" + (f" ({', '.join(names)})" if many else ""), axis)
+            for v, names in shown.items()]
+
+
+def ttft_cdf(runs: list[Run]) -> dict | None:
+    traces = []
     for run in runs:
         df = run.table("requests")
         if "ttft_s" not in df:
             continue
         values = np.sort(df.loc[df["status"] == "completed", "ttft_s"].dropna().to_numpy())
         if len(values):
-            ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post",
-                    label=run.name)
-    ax.set_xscale("log")
-    ax.set_xlabel("TTFT (s)")
-    ax.set_ylabel("share of requests")
-    ax.set_title("TTFT distribution")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _svg(fig)
+            traces.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv"},
+                           "name": run.name, "x": _values(values),
+                           "y": _values(np.arange(1, len(values) + 1) / len(values)),
+                           "hovertemplate": "TTFT %{x:.3f} s: %{y:.1%} of requests"})
+    if not traces:
+        return None
+    return {"data": traces, "layout": _layout(
+        "TTFT distribution (completed requests)", "TTFT (s, log scale)", "share of requests",
+        shapes=_slo_lines(runs, "slo_ttft_s", "s", "x"),
+        xaxis={"type": "log", "title": {"text": "TTFT (s, log scale)"}},
+        yaxis={"tickformat": ".0%", "range": [0, 1.02], "title": {"text": "share of requests"}})}
 
 
-def ttft_by_bucket(runs: list[Run]) -> str:
-    fig, ax = _figure()
-    width = 0.8 / max(len(runs), 1)
-    for i, run in enumerate(runs):
+def ttft_by_bucket(runs: list[Run]) -> dict | None:
+    traces = []
+    for run in runs:
         df = run.table("requests")
         if "hit_bucket" not in df:
             continue
         table = by_bucket(df.assign(hit_bucket=pd.Categorical(df["hit_bucket"])))
-        x = np.arange(len(table))
-        ax.bar(x + i * width, table["ttft_p90_s"].fillna(0), width, label=f"{run.name} P90")
-        ax.set_xticks(x + width * (len(runs) - 1) / 2, [str(b) for b in table.index])
-    ax.set_yscale("symlog", linthresh=0.1)
-    ax.set_xlabel("prefix hit rate bucket (%)")
-    ax.set_ylabel("TTFT P90 (s)")
-    ax.set_title("TTFT by prefix-hit bucket")
-    ax.legend()
-    return _svg(fig)
-
-
-def series_figure(run: Run, metric: str, title: str, ylabel: str, roles=None) -> str | None:
-    ts = run.table("timeseries")
-    if ts.empty:
+        traces.append({"type": "bar", "name": run.name, "x": [str(b) for b in table.index],
+                       "y": _values(table["ttft_p90_s"]),
+                       "hovertemplate": "hit %{x}%: TTFT P90 %{y:.3f} s"})
+    if not traces:
         return None
-    rows = ts[ts["metric"] == metric]
-    if roles is not None:
-        rows = rows[rows["entity"].astype(str).isin(roles)]
-    if rows.empty:
-        return None
-    fig, ax = _figure()
-    for entity, part in rows.groupby("entity", observed=True):
-        ax.plot(part["time_s"], part["value"], label=str(entity), linewidth=1)
-    ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel(ylabel)
-    ax.set_title(f"{run.name}: {title}")
-    ax.grid(alpha=0.3)
-    if rows["entity"].nunique() <= 12:
-        ax.legend(fontsize="small")
-    return _svg(fig)
+    return {"data": traces, "layout": _layout(
+        "TTFT P90 by prefix-hit bucket", "prefix hit rate bucket (%)", "TTFT P90 (s)",
+        barmode="group", shapes=_slo_lines(runs, "slo_ttft_s", "s", "y"))}
 
 
-def window_figure(run: Run) -> str | None:
+def _window_period(starts: np.ndarray) -> float | None:
+    steps = np.diff(np.unique(starts))
+    return float(steps.min()) if len(steps) else None
+
+
+def _windows(run: Run) -> pd.DataFrame:
+    """The run's per-window figures over every window from the first to the last, a window with no
+    arrivals a row of NaN (so a line breaks there instead of bridging it)."""
     w = run.table("windows")
     if w.empty:
+        return w
+    w = w[w["bucket"] == "all"].set_index("window_start_s")
+    period = _window_period(w.index.to_numpy())
+    if period is None:
+        return w.reset_index()
+    full = np.round(np.arange(0, w.index.max() / period + 0.5) * period, 9)
+    w.index = np.round(w.index.to_numpy(), 9)
+    return w.reindex(full).rename_axis("window_start_s").reset_index()
+
+
+def _span_s(runs: list[Run]) -> float:
+    return max((float(r.summary.get("sim_duration_s") or 0.0) for r in runs), default=0.0)
+
+
+def windows_figure(runs: list[Run], column: str, title: str, ylabel: str, slo_key: str,
+                   slo_unit: str, percent: bool = False) -> dict | None:
+    unit, per = time_unit(_span_s(runs))
+    traces = []
+    for run in runs:
+        w = _windows(run)
+        if w.empty:
+            continue
+        traces.append({"type": "scatter", "mode": "lines+markers", "marker": {"size": 4},
+                       "name": run.name, "x": _values(w["window_start_s"] / per),
+                       "y": _values(w[column]), "connectgaps": False,
+                       "hovertemplate": f"%{{x:.2f}} {unit}: %{{y:{'.1%' if percent else '.3f'}}}"})
+    if not traces:
         return None
-    w = w[w["bucket"] == "all"]
-    fig, ax = _figure()
-    ax.plot(w["window_start_s"], w["ttft_p50_s"], label="TTFT P50")
-    ax.plot(w["window_start_s"], w["ttft_p90_s"], label="TTFT P90")
-    ax.set_yscale("symlog", linthresh=0.1)
-    ax.set_xlabel("arrival window start (s)")
-    ax.set_ylabel("TTFT (s)")
-    right = ax.twinx()
-    right.plot(w["window_start_s"], w["slo_attainment"], color="black", linestyle=":",
-               label="SLO attainment")
-    right.set_ylim(0, 1.05)
-    right.set_ylabel("SLO attainment")
-    ax.set_title(f"{run.name}: latency per arrival window")
-    ax.legend(loc="upper left")
-    return _svg(fig)
+    layout = _layout(title, f"arrival time ({unit})", ylabel,
+                     shapes=_slo_lines(runs, slo_key, slo_unit, "y"))
+    if percent:
+        layout["yaxis"].update(tickformat=".0%", range=[0, 1.05])
+        layout["shapes"] = [_slo_line(t, f"SLO target {t:.0%}", "y")
+                            for t in {r.summary.get(slo_key) for r in runs} if t is not None]
+    return {"data": traces, "layout": layout}
+
+
+def pool_series(runs: list[Run], metric: str, title: str, ylabel: str, percent: bool = False
+                ) -> dict | None:
+    """One line per run and pool (instances of a role averaged) over the shared time axis."""
+    unit, per = time_unit(_span_s(runs))
+    traces = []
+    for run in runs:
+        ts, inst = run.table("timeseries"), run.table("instances")
+        if ts.empty or inst.empty:
+            continue
+        rows = ts[ts["metric"] == metric]
+        roles = rows["entity"].astype(str).map(dict(zip(inst["instance"], inst["role"])))
+        pools = rows.assign(pool=roles).dropna(subset=["pool"]).groupby(["pool", "time_s"])["value"]
+        for pool, part in pools.mean().groupby(level=0):
+            traces.append({"type": "scatter", "mode": "lines", "name": f"{run.name}: {pool}",
+                           "x": _values(part.index.get_level_values(1) / per), "y": _values(part),
+                           "hovertemplate": f"%{{x:.2f}} {unit}: %{{y:{'.1%' if percent else '.2f'}}}"})
+    if not traces:
+        return None
+    layout = _layout(title, f"simulated time ({unit})", ylabel)
+    if percent:
+        layout["yaxis"].update(tickformat=".0%")
+    return {"data": traces, "layout": layout}
+
+
+def link_series(runs: list[Run]) -> dict | None:
+    """Each link's throughput of our transfers, Gb/s, and what background load left of it."""
+    unit, per = time_unit(_span_s(runs))
+    traces = []
+    for run in runs:
+        ts = run.table("timeseries")
+        if ts.empty:
+            continue
+        for metric, dash, what in (("throughput_Bps", "solid", "carried"),
+                                   ("capacity_Bps", "dot", "left by background")):
+            rows = ts[ts["metric"] == metric]
+            for link, part in rows.groupby("entity", observed=True):
+                if metric == "throughput_Bps" and not part["value"].any():
+                    continue           # a link this run never used
+                if metric == "capacity_Bps" and str(link) != "wan":
+                    continue
+                traces.append({"type": "scatter", "mode": "lines", "line": {"dash": dash},
+                               "name": f"{run.name}: {link} {what}",
+                               "x": _values(part["time_s"] / per),
+                               "y": _values(part["value"] * 8 / 1e9),
+                               "hovertemplate": f"%{{x:.2f}} {unit}: %{{y:.2f}} Gb/s"})
+    if not traces:
+        return None
+    return {"data": traces, "layout": _layout("link throughput", f"simulated time ({unit})",
+                                              "Gb/s")}
+
+
+# -- plan and sweep figures -----------------------------------------------------------------------
+def _plan_points(points: pd.DataFrame) -> tuple[dict[str, list], list[dict]]:
+    """A plan's axes and rows (as `Plan.points` has them) from its points table."""
+    axis_names = list(points.columns[:list(points.columns).index("point")])
+    axes = {k: list(dict.fromkeys(points[k].tolist())) for k in axis_names}
+    rows = []
+    for rec in points.to_dict(orient="records"):
+        row = {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in rec.items()}
+        row["values"] = {k: rec[k] for k in axis_names}
+        rows.append(row)
+    return axes, rows
+
+
+def plan_heatmap(points: pd.DataFrame) -> dict | None:
+    from pddsim.experiments.plan import heatmap_cells
+    axes, rows = _plan_points(points)
+    if len(axes) < 2 or "outcome" not in points:
+        return None
+    x, y, grid, text = heatmap_cells(rows, axes)
+    return {"data": [{"type": "heatmap", "z": [_values(r) for r in grid],
+                      "x": [str(v) for v in axes[x]], "y": [str(v) for v in axes[y]],
+                      "text": text, "texttemplate": "%{text}", "colorscale": "Viridis",
+                      "colorbar": {"title": {"text": "req/$"}},
+                      "hovertemplate": f"{x}=%{{x}}<br>{y}=%{{y}}<br>%{{text}}<extra></extra>"}],
+            "layout": _layout("BCR at capacity, req/$ (a cell without one says why)", x, y,
+                              xaxis={"type": "category", "title": {"text": x}},
+                              yaxis={"type": "category", "title": {"text": y}})}
+
+
+def plan_pareto(points: pd.DataFrame) -> dict | None:
+    if "outcome" not in points:
+        return None
+    _axes, rows = _plan_points(points)
+
+    def label(r):
+        return f"point {r['point']}: " + ", ".join(f"{k}={v}" for k, v in r["values"].items())
+    traces = []
+    for outcome, key, symbol, name in (("capacity", "capacity_rps", "circle", "measured"),
+                                       ("lower bound only", "capacity_lower_bound_rps",
+                                        "triangle-up", "capacity not found: at least")):
+        mine = [r for r in rows if r["outcome"] == outcome and r.get(key) is not None]
+        if mine:
+            traces.append({"type": "scatter", "mode": "markers", "name": name,
+                           "marker": {"symbol": symbol, "size": 9},
+                           "x": [r["cost_per_hour"] for r in mine], "y": [r[key] for r in mine],
+                           "text": [label(r) for r in mine],
+                           "hovertemplate": "%{text}<br>$%{x:.1f}/h, %{y:.3f} req/s"})
+    front = sorted((r for r in rows if r.get("pareto")), key=lambda r: r["cost_per_hour"])
+    if front:
+        traces.append({"type": "scatter", "mode": "lines+markers", "name": "Pareto front",
+                       "x": [r["cost_per_hour"] for r in front],
+                       "y": [r["capacity_rps"] for r in front], "text": [label(r) for r in front],
+                       "hovertemplate": "%{text}<br>$%{x:.1f}/h, %{y:.3f} req/s"})
+    if not traces:
+        return None
+    return {"data": traces, "layout": _layout("cost against capacity", "cost ($/h)",
+                                              "capacity (req/s)")}
+
+
+SWEEP_METRICS = (("ttft_p90_s", "TTFT P90 (s)"), ("goodput_rps", "goodput (req/s)"),
+                 ("slo_attainment", "SLO attainment"), ("cost_per_hour", "cost ($/h)"),
+                 ("bcr", "BCR (req/$)"), ("capacity_rps", "capacity (req/s)"))
+
+
+def sweep_figures(table: pd.DataFrame) -> list[dict]:
+    """Each headline metric against the first grid key, one line per value of the others."""
+    keys = list(table.columns[:list(table.columns).index("system")])
+    if not keys:
+        return []
+    x, others = keys[0], keys[1:]
+    groups = table.groupby(others, sort=False) if others else [((), table)]
+    figures = []
+    for metric, label in SWEEP_METRICS:
+        if metric not in table or table[metric].isna().all():
+            continue
+        traces = []
+        for values, part in groups:
+            values = values if isinstance(values, tuple) else (values,)
+            name = ", ".join(f"{k}={v}" for k, v in zip(others, values)) or metric
+            traces.append({"type": "scatter", "mode": "lines+markers", "name": name,
+                           "x": [str(v) for v in part[x]], "y": _values(part[metric]),
+                           "hovertemplate": f"{x}=%{{x}}: %{{y:.4g}}"})
+        figures.append({"data": traces, "layout": _layout(f"{label} against {x}", x, label)})
+    return figures
 
 
 # -- the page -----------------------------------------------------------------------------------
 def _table(df: pd.DataFrame, **kw) -> str:
-    return df.to_html(classes="t", border=0, float_format=lambda v: f"{v:.4g}", **kw)
+    return df.to_html(classes="t", border=0, na_rep="-", float_format=lambda v: f"{v:.4g}", **kw)
 
 
-def summary_frame(runs: list[Run]) -> pd.DataFrame:
-    return pd.DataFrame({run.name: headline(run.summary) for run in runs})
+def _provenance(recorded: list[tuple[str, dict]]) -> str:
+    if not recorded:
+        return ("<p class='note'>No provenance was recorded with these outputs (version, config, "
+                "trace, seed, command): they came from a pddsim that did not write it.</p>")
+    parts = []
+    for name, prov in recorded:
+        rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>"
+                       + (f"<pre>{html.escape(json.dumps(v, indent=1, default=str))}</pre>"
+                          if isinstance(v, (dict, list)) else html.escape(str(v))) + "</td></tr>"
+                       for k, v in prov.items())
+        parts.append(f"<details open><summary>{html.escape(name)}</summary>"
+                     f"<table class='t prov'>{rows}</table></details>")
+    return "".join(parts)
 
 
 def pool_frame(run: Run) -> pd.DataFrame:
@@ -186,52 +387,114 @@ def pool_frame(run: Run) -> pd.DataFrame:
     return inst.groupby("role")[cols].mean()
 
 
-def _inline_png(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f"<figure><img alt='{html.escape(path.stem)}' src='data:image/png;base64,{data}'></figure>"
+class Page:
+    """The page's parts, figures numbered as they are added."""
+
+    def __init__(self):
+        self.parts: list[str] = []
+        self.figures: list[dict] = []
+
+    def add(self, *html_parts: str) -> None:
+        self.parts.extend(html_parts)
+
+    def figure(self, spec: dict | None) -> None:
+        if spec is not None:
+            self.parts.append(f"<div class='fig' id='fig{len(self.figures)}'></div>")
+            self.figures.append(spec)
+
+    def render(self, title: str) -> str:
+        from plotly.offline import get_plotlyjs
+        specs = json.dumps(self.figures, allow_nan=False).replace("</", "<\\/")
+        style = ("body{font-family:sans-serif;max-width:1150px;margin:2em auto;color:#222}"
+                 "table.t{border-collapse:collapse;font-size:13px}"
+                 "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;"
+                 "text-align:right;vertical-align:top}table.prov th,table.prov td{text-align:left}"
+                 "pre{margin:0;font-size:12px}.fig{margin:1em 0}.note{color:#666}")
+        draw = ("const specs = " + specs + ";\nspecs.forEach((s, i) => Plotly.newPlot('fig' + i, "
+                "s.data, s.layout, {responsive: true, displaylogo: false}));")
+        return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
+                f"<title>{html.escape(title)}</title><style>{style}</style>"
+                f"<script>{get_plotlyjs()}</script></head><body>"
+                f"<h1>{html.escape(title)}</h1>{''.join(self.parts)}<script>{draw}</script>"
+                "</body></html>\n")
 
 
-def render(runs: list[Run], extra: dict[str, pd.DataFrame], images: Sequence[Path] = ()) -> str:
-    title = ", ".join(r.name for r in runs) or ", ".join(extra)
-    parts = [f"<h1>pddsim report: {html.escape(title)}</h1>"]
-    if runs:
-        parts += ["<h2>Summary</h2>", _table(summary_frame(runs))]
-        parts += run_sections(runs)
-    for name, table in extra.items():
-        parts += [f"<h2>{html.escape(name)}</h2>", _table(table.head(200), index=False)]
-    parts += [_inline_png(path) for path in images]
-    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-             "table.t{border-collapse:collapse;font-size:13px}"
-             "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
-             "figure{margin:1em 0}figure svg,figure img{max-width:100%;height:auto}")
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>pddsim report</title>"
-            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
-
-
-def run_sections(runs: list[Run]) -> list[str]:
-    """Stage tables, TTFT figures, time series and utilisation of the runs."""
-    parts = []
+def run_sections(page: Page, runs: list[Run]) -> None:
+    first = runs[0].name
+    page.add("<h2>Headline</h2>", "<p class='note'>" + (f"deltas against {html.escape(first)}"
+             if len(runs) > 1 else "") + "</p>",
+             _table(comparison_frame([{**r.summary, "system": r.name} for r in runs])))
     for run in runs:
         if any(k.startswith("stage_") for k in run.summary):
-            parts += [f"<h2>{html.escape(run.name)}: where the time went (s per request)</h2>",
-                      _table(stage_table(run.summary))]
-    parts += ["<h2>TTFT</h2>", f"<figure>{ttft_cdf(runs)}</figure>",
-              f"<figure>{ttft_by_bucket(runs)}</figure>"]
+            page.add(f"<h2>{html.escape(run.name)}: where the time went (s per request)</h2>",
+                     _table(stage_table(run.summary)))
+    page.add("<h2>TTFT</h2>")
+    page.figure(ttft_cdf(runs))
+    page.figure(ttft_by_bucket(runs))
+    page.add("<h2>Over time</h2>")
+    figures = [windows_figure(runs, "ttft_p90_s", "TTFT P90 per arrival window", "TTFT P90 (s)",
+                              "slo_ttft_s", "s"),
+               windows_figure(runs, "slo_attainment", "SLO attainment per arrival window",
+                              "share meeting the SLO", "slo_target", "", percent=True),
+               pool_series(runs, "kv_occupancy", "KV memory occupancy per pool", "share of KV pool",
+                           percent=True),
+               pool_series(runs, "queue_depth", "queue depth per pool", "requests waiting"),
+               link_series(runs)]
+    if not any(figures):
+        page.add("<p class='note'>sampling was off: no time series</p>")
+    for spec in figures:
+        page.figure(spec)
     for run in runs:
-        figures = [window_figure(run),
-                   series_figure(run, "kv_occupancy", "KV memory occupancy", "share of KV pool"),
-                   series_figure(run, "queue_depth", "queue depth", "requests waiting"),
-                   series_figure(run, "throughput_Bps", "link throughput", "bytes/s")]
-        figures = [f for f in figures if f is not None]
-        parts.append(f"<h2>{html.escape(run.name)}: over time</h2>")
-        parts += [f"<figure>{f}</figure>" for f in figures] or ["<p>sampling was off</p>"]
         pools = pool_frame(run)
         if not pools.empty:
-            parts += [f"<h2>{html.escape(run.name)}: utilisation per pool</h2>", _table(pools)]
-    return parts
+            page.add(f"<h2>{html.escape(run.name)}: utilisation per pool</h2>", _table(pools))
 
 
-def write_report(folder: str | Path, out: str | Path) -> Path:
-    out = Path(out)
-    out.write_text(render(*find_runs(Path(folder))), encoding="utf-8")
+def render(runs: list[Run], extra: dict[str, pd.DataFrame], provenance: dict | None = None) -> str:
+    """The page; `provenance`: what produced the folder, shown where its runs recorded none."""
+    page = Page()
+    recorded = [(r.name, r.provenance) for r in runs if r.provenance]
+    page.add("<h2>Provenance</h2>", _provenance(recorded or ([("outputs", provenance)]
+                                                             if provenance else [])))
+    if runs:
+        run_sections(page, runs)
+    for name, table in extra.items():
+        page.add(f"<h2>{html.escape(name)}</h2>")
+        if "outcome" in table and "point" in table:            # a plan's points
+            page.figure(plan_heatmap(table))
+            page.figure(plan_pareto(table))
+        elif "system" in table:                                 # a sweep's rows
+            for spec in sweep_figures(table):
+                page.figure(spec)
+        page.add(_table(table.head(200), index=False))
+    title = "pddsim report: " + (", ".join(r.name for r in runs) or ", ".join(extra))
+    return page.render(title)
+
+
+def write_report(path: str | Path, out: str | Path) -> Path:
+    out, path = Path(out), Path(path)
+    folder = path if path.is_dir() else path.parent
+    out.write_text(render(*find_runs(path), sidecar_provenance(folder)), encoding="utf-8")
     return out
+
+
+def diff_runs(a: str | Path, b: str | Path) -> list[Run]:
+    """Two saved runs, named apart (by their folders when they are the same system)."""
+    runs = []
+    for path in (Path(a), Path(b)):
+        if not (path / "summary.json").is_file():
+            raise InputError(f"{path}: not a run (no summary.json; give what `pddsim run --out` "
+                             "wrote)")
+        runs.append(Run(path))
+    if runs[0].name == runs[1].name:
+        for run in runs:
+            run.name = f"{run.name} ({run.path.name})"
+    return runs
+
+
+def write_diff(a: str | Path, b: str | Path, out: str | Path | None) -> str:
+    """The headline table of run B against run A, and with `out` the report of both."""
+    runs = diff_runs(a, b)
+    if out is not None:
+        Path(out).write_text(render(runs, {}), encoding="utf-8")
+    return comparison_frame([{**r.summary, "system": r.name} for r in runs]).to_string()

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -183,7 +184,7 @@ def test_cli_json_table_and_out(small, shared_cache, tmp_path, capsys):
     page = tmp_path / "plan.html"                 # the report reads a plan's output too
     assert main(["report", str(out), "-o", str(page)]) == 0
     html = page.read_text()
-    assert "points" in html and html.count("data:image/png;base64,") == 2
+    assert "points" in html and "\"type\": \"heatmap\"" in html and "Pareto front" in html
     capsys.readouterr()
     assert main(args) == 0
     text = capsys.readouterr().out
@@ -323,3 +324,44 @@ def test_the_paper_comparison_runs_at_the_planned_splits(tmp_path, capsys, input
         with pytest.raises(InputError, match=says) as e:
             planned_configs(path=bad)
         assert str(bad) in str(e.value)
+
+
+def test_every_point_has_its_outcome_in_the_table_json_and_heatmap():
+    """A point whose capacity search never broke the SLO is a lower bound (with the rate it
+    reached), not a blank 'simulated'; pruned, over-budget, failed and unfit points say so."""
+    from pddsim.experiments.plan import Plan, Point, format_plan, heatmap_cells
+    found = {"capacity_rps": 2.0, "bcr_at_capacity": 5.0, "margin_at_capacity": 1.0,
+             "bottleneck": "p"}
+    not_found = {"capacity_rps": None, "bcr_at_capacity": None, "margin_at_capacity": None,
+                 "bottleneck": None, "capacity_lower_bound_rps": 3.5}
+    specs = [("simulated", [found]), ("simulated", [not_found]), ("pruned", []),
+             ("over budget", []), ("failed", []), ("infeasible", [])]
+    points = [Point(n, {P: 1 + (n - 1) % 3, D: 1 + (n - 1) // 3}, None, 10.0 * n, status,
+                    f"why {n}" if status != "simulated" else "", samples)
+              for n, (status, samples) in enumerate(specs, 1)]
+    rows = [p.row() for p in points]
+    assert [r["outcome"] for r in rows] == ["capacity", "lower bound only", "pruned", "over budget",
+                                            "failed", "not a deployment"]
+    assert rows[1]["capacity_lower_bound_rps"] == 3.5 and "3.5 rps" in rows[1]["reason"]
+    assert rows[0]["capacity_lower_bound_rps"] is None
+    # two seeds, one found: a lower bound, the least rate either reached
+    mixed = Point(7, {}, None, 1.0, "simulated", "", [found, not_found]).row()
+    assert mixed["outcome"] == "lower bound only" and mixed["capacity_lower_bound_rps"] == 2.0
+    axes = {P: [1, 2, 3], D: [1, 2]}
+    result = Plan(axes, "bcr", None, None, [0], rows, [1], [1], 2, 0)
+    table = format_plan(result)
+    assert "1 capacity, 1 lower bound only" in table.splitlines()[0]
+    assert ">= 3.500" in table and "the capacity is higher" in table
+    x, y, grid, text = heatmap_cells(result.points, axes)
+    assert (x, y) == (P, D)
+    assert text == [["5.0", ">= 3.5 rps", "pruned"], ["over budget", "failed", "not a deployment"]]
+    assert grid[0, 0] == 5.0 and np.isnan(grid[0, 1])
+    frame = result.frame()
+    assert list(frame["outcome"]) == [r["outcome"] for r in rows]
+
+
+def test_measure_keeps_the_lower_bound_when_the_slo_never_breaks(make_config):
+    from test_experiments import CLOSED, agents
+    cfg = make_config(roles=(("colocated", 2),), workload=CLOSED)
+    got = measure({"w": agents(4)}, (cfg, "w", 0))
+    assert got["capacity_rps"] is None and got["capacity_lower_bound_rps"] > 0

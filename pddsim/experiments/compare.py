@@ -107,8 +107,11 @@ def relative_change(base, value) -> float | None:
     return (value - base) / abs(base)
 
 
-def format_comparison(summaries: list[dict], rows_shown: list[tuple[str, str, str]] = ROWS) -> str:
-    """Metrics down, systems across; each system after the first also shows its relative delta."""
+def comparison_frame(summaries: list[dict], rows_shown: list[tuple[str, str, str]] = ROWS
+                     ) -> pd.DataFrame:
+    """Metrics down (labelled with their units), systems across, as text; each system after the
+    first also shows its relative delta against the first. An SLO row is shown only where the
+    SLOs differ."""
     base = summaries[0]
     rows = {}
     for key, label, fmt in rows_shown:
@@ -123,8 +126,11 @@ def format_comparison(summaries: list[dict], rows_shown: list[tuple[str, str, st
                 cell += f" ({change:+.0%})"
             cells.append(cell)
         rows[label] = cells
-    return pd.DataFrame.from_dict(rows, orient="index",
-                                  columns=[s["system"] for s in summaries]).to_string()
+    return pd.DataFrame.from_dict(rows, orient="index", columns=[s["system"] for s in summaries])
+
+
+def format_comparison(summaries: list[dict], rows_shown: list[tuple[str, str, str]] = ROWS) -> str:
+    return comparison_frame(summaries, rows_shown).to_string()
 
 
 # what a comparison across loads reports at each load

@@ -80,13 +80,24 @@ def measure(workloads: dict[str, Workload], task: tuple[Config, str, int]) -> di
     cfg, workload_key, seed = task
     cap = find_capacity(cfg, workloads[workload_key], seed=seed, rel_tol=CAPACITY_TOL)
     if cap.capacity_rps is None or cap.result is None:
+        bound = float(cap.lower_bound_rps) if cap.status == "never saturated" else None
         return {"capacity_rps": None, "bcr_at_capacity": None, "margin_at_capacity": None,
-                "bottleneck": None}
+                "bottleneck": None, "capacity_status": cap.status,
+                "capacity_lower_bound_rps": bound}
     busy = cap.result.instances.assign(pool=cap.result.instances["instance"].str.rstrip("0123456789"))
     return {"capacity_rps": float(cap.capacity_rps),
             "bcr_at_capacity": float(cap.result.summary["bcr"]),
             "margin_at_capacity": float(cap.result.summary["margin_per_hour"]),
             "bottleneck": busy.groupby("pool")["busy_share"].mean().idxmax()}
+
+
+# what is known of a point, by how the search left it (`Point.status`); a simulated point's
+# outcome is "capacity", or when a seed's search found none, "lower bound only" (the SLO held at
+# every load tried) or "never stationary" (no run settled into a steady state)
+OUTCOMES = {"over budget": "over budget", "pruned": "pruned", "failed": "failed",
+            "infeasible": "not a deployment", "open": "not run"}
+LOWER_BOUND = "lower bound only"
+NEVER_STATIONARY = "never stationary"
 
 
 @dataclass
@@ -108,7 +119,22 @@ class Point:
         margin = interval([s.get("margin_at_capacity") for s in self.samples]) if self.samples \
             else (None,) * 3
         bottleneck = self.samples[0]["bottleneck"] if self.samples else None
-        return {"point": self.n, "values": self.values, "status": self.status, "reason": self.reason,
+        outcome, reason, lower = OUTCOMES.get(self.status), self.reason, None
+        if self.status == "simulated":
+            missed = [x.get("capacity_status") for x in self.samples if x["capacity_rps"] is None]
+            outcome = ("capacity" if not missed else
+                       NEVER_STATIONARY if NEVER_STATIONARY in missed else LOWER_BOUND)
+        if outcome == LOWER_BOUND:
+            # a seed that found a capacity bounds it too; results cached without a bound give none
+            reached = [s["capacity_rps"] if s["capacity_rps"] is not None
+                       else s.get("capacity_lower_bound_rps") for s in self.samples]
+            lower = min(reached) if None not in reached else None
+            reason = ("the SLO held at every load tried" + (f", up to {lower:.3g} rps" if lower
+                      else "") + ": the capacity is higher")
+        elif outcome == NEVER_STATIONARY:
+            reason = "no run of the capacity search settled into a steady state"
+        return {"point": self.n, "values": self.values, "status": self.status, "outcome": outcome,
+                "reason": reason, "capacity_lower_bound_rps": lower,
                 "cost_per_hour": self.cost, "capacity_rps": cap[0], "capacity_lo": cap[1],
                 "capacity_hi": cap[2], "bcr_at_capacity": bcr[0], "bcr_lo": bcr[1], "bcr_hi": bcr[2],
                 "margin_at_capacity": margin[0], "margin_lo": margin[1], "margin_hi": margin[2],
@@ -480,10 +506,9 @@ def _with_interval(p: dict, key: str, spec: str) -> str:
 def format_plan(result: Plan, limit: int = 20) -> str:
     """The count line, the ranked table (then measured points that miss the load or failed), the
     winner against the runner-up, the Pareto front."""
-    statuses = pd.Series([p["status"] for p in result.points]).value_counts().to_dict()
-    others = ", ".join(f"{n} {s}" for s, n in statuses.items() if s != "simulated")
-    lines = [f"simulated {result.simulated} of {result.space} points"
-             + (f" ({others})" if others else "")
+    outcomes = pd.Series([p["outcome"] for p in result.points]).value_counts().to_dict()
+    lines = [f"simulated {result.simulated} of {result.space} points ("
+             + ", ".join(f"{n} {o}" for o, n in outcomes.items()) + ")"
              + (f"; {result.cached} run(s) from the cache" if result.cached else "")
              + f"; objective {result.objective}"
              + (f", budget ${result.budget:g}/h" if result.budget is not None else "")
@@ -496,16 +521,24 @@ def format_plan(result: Plan, limit: int = 20) -> str:
     for n in shown:
         p = result.point(n)
         rank = result.ranked.index(n) + 1 if n in result.ranked else "-"
+        capacity = _with_interval(p, "capacity_rps", "{:.3f}")
+        if p["outcome"] == LOWER_BOUND:
+            capacity = ">= " + _fmt(p["capacity_lower_bound_rps"], "{:.3f}")
         rows.append({"rank": rank, "point": n, **{k: str(v) for k, v in p["values"].items()},
-                     "cost $/h": _fmt(p["cost_per_hour"], "{:.1f}"),
-                     "capacity rps": _with_interval(p, "capacity_rps", "{:.3f}"),
+                     "outcome": p["outcome"], "cost $/h": _fmt(p["cost_per_hour"], "{:.1f}"),
+                     "capacity rps": capacity,
                      "BCR at capacity": _with_interval(p, "bcr_at_capacity", "{:.2f}"),
                      "margin $/h": _with_interval(p, "margin_at_capacity", "{:.1f}"),
                      "bottleneck": p["bottleneck"] or "-",
-                     "note": p["reason"] if p["status"] == "failed" else
-                     ("below load" if result.load is not None and n not in result.ranked else "")})
+                     "note": p["reason"] if p["outcome"] == "failed" else
+                     ("below load" if result.load is not None and p["outcome"] == "capacity"
+                      and n not in result.ranked else "")})
     if rows:
         lines += ["", pd.DataFrame(rows).to_string(index=False)]
+    if outcomes.get(LOWER_BOUND):
+        lines.append(f"{LOWER_BOUND}: the SLO held at every load the search tried (a fixed "
+                     "workload ran out of sessions, or the search out of doublings): the capacity "
+                     "is higher than shown, so such a point is not ranked")
     best = result.best
     if best is None:
         lines += ["", "no measured point meets the constraints"]
@@ -524,41 +557,76 @@ def format_plan(result: Plan, limit: int = 20) -> str:
     return "\n".join(lines)
 
 
-def main_counts(result: Plan) -> list[str]:
+def main_counts(axes: dict[str, list]) -> list[str]:
     """The two count axes with the most values (the heatmap's), or the first two axes."""
-    counts = [k for k in result.axes if k.endswith(".count")]
-    pool = counts if len(counts) >= 2 else list(result.axes)
-    return sorted(pool, key=lambda k: -len(result.axes[k]))[:2]
+    counts = [k for k in axes if k.endswith(".count")]
+    pool = counts if len(counts) >= 2 else list(axes)
+    return sorted(pool, key=lambda k: -len(axes[k]))[:2]
+
+
+# what a heatmap cell without a BCR says, the most telling first when its points differ
+CELL_OUTCOMES = (NEVER_STATIONARY, "failed", "pruned", "over budget", "not a deployment", "not run")
+
+
+def heatmap_cells(points: list[dict], axes: dict[str, list]
+                  ) -> tuple[str, str, np.ndarray, list[list[str]]]:
+    """The heatmap over the two main axes: per cell the best BCR at capacity over any other axes
+    (NaN where none was measured) and the cell's text, which where there is no BCR says what is
+    known instead: a capacity lower bound, or why nothing was measured."""
+    x, y = main_counts(axes)
+    xs, ys = axes[x], axes[y]
+    bcr = np.full((len(ys), len(xs)), np.nan)
+    text = [[""] * len(xs) for _ in ys]
+    cells: dict[tuple[int, int], list[dict]] = {}
+    for p in points:
+        cells.setdefault((ys.index(p["values"][y]), xs.index(p["values"][x])), []).append(p)
+    for (i, j), mine in cells.items():
+        values = [p["bcr_at_capacity"] for p in mine if p["outcome"] == "capacity"]
+        bounds = [p["capacity_lower_bound_rps"] or 0.0 for p in mine if p["outcome"] == LOWER_BOUND]
+        if values:
+            bcr[i, j] = max(values)
+            text[i][j] = f"{bcr[i, j]:.1f}"
+        elif bounds:
+            text[i][j] = f">= {max(bounds):.3g} rps"
+        else:
+            text[i][j] = min((p["outcome"] for p in mine), key=CELL_OUTCOMES.index)
+    return x, y, bcr, text
 
 
 def plot_heatmap(result: Plan, ax) -> None:
-    """Best BCR at capacity at each value pair of the two main axes (over any other axes);
-    blank where nothing was measured."""
-    x, y = main_counts(result)
+    """Best BCR at capacity at each value pair of the two main axes (over any other axes); a cell
+    without one says what is known of it instead."""
+    x, y, grid, text = heatmap_cells(result.points, result.axes)
     xs, ys = result.axes[x], result.axes[y]
-    grid = np.full((len(ys), len(xs)), np.nan)
-    for p in result.points:
-        if p["bcr_at_capacity"] is not None:
-            i, j = ys.index(p["values"][y]), xs.index(p["values"][x])
-            grid[i, j] = np.nanmax([grid[i, j], p["bcr_at_capacity"]])
     image = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(xs)), [str(v) for v in xs])
     ax.set_yticks(range(len(ys)), [str(v) for v in ys])
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    for i, j in zip(*np.nonzero(~np.isnan(grid))):
-        ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", fontsize=7, color="white")
+    for i, row in enumerate(text):
+        for j, label in enumerate(row):
+            measured = not np.isnan(grid[i, j])
+            ax.text(j, i, label, ha="center", va="center", fontsize=7 if measured else 6,
+                    color="white" if measured else "0.3")
     if result.best is not None:
         ax.scatter([xs.index(result.best["values"][x])], [ys.index(result.best["values"][y])],
                    marker="s", s=300, facecolors="none", edgecolors="red", linewidths=2)
     ax.figure.colorbar(image, ax=ax, label="BCR at capacity, req/$")
-    ax.set_title("BCR at capacity (blank: over budget, pruned or not a deployment)")
+    ax.set_title("BCR at capacity (a cell without one says why)")
 
 
 def plot_pareto(result: Plan, ax) -> None:
-    measured = [p for p in result.points if p["capacity_rps"] is not None]
+    """Cost against capacity of every measured point; a point whose capacity was not found at its
+    lower bound, marked as such (its capacity is higher)."""
+    measured = [p for p in result.points if p["outcome"] == "capacity"]
     ax.scatter([p["cost_per_hour"] for p in measured], [p["capacity_rps"] for p in measured],
                color="0.6", label="measured")
+    bounded = [p for p in result.points if p["outcome"] == LOWER_BOUND
+               and p["capacity_lower_bound_rps"] is not None]
+    if bounded:
+        ax.scatter([p["cost_per_hour"] for p in bounded],
+                   [p["capacity_lower_bound_rps"] for p in bounded], marker="^", color="C1",
+                   label="capacity not found: at least")
     front = [result.point(n) for n in result.pareto]
     ax.plot([p["cost_per_hour"] for p in front], [p["capacity_rps"] for p in front], "o-",
             color="C0", label="Pareto front")
