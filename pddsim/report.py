@@ -92,6 +92,13 @@ def find_runs(path: Path) -> tuple[list[Run], dict[str, pd.DataFrame]]:
 
 # -- figures ------------------------------------------------------------------------------------
 LEGEND = {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0}
+# a run keeps its colour in every figure; a run's pools or links differ by dash
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+
+
+def _colour(i: int) -> str:
+    return COLOURS[i % len(COLOURS)]
 
 
 def _layout(title: str, xtitle: str, ytitle: str, **extra) -> dict:
@@ -138,13 +145,14 @@ def _slo_lines(runs: list[Run], key: str, unit: str, axis: str) -> list[dict]:
 
 def ttft_cdf(runs: list[Run]) -> dict | None:
     traces = []
-    for run in runs:
+    for i, run in enumerate(runs):
         df = run.table("requests")
         if "ttft_s" not in df:
             continue
         values = np.sort(df.loc[df["status"] == "completed", "ttft_s"].dropna().to_numpy())
         if len(values):
-            traces.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv"},
+            traces.append({"type": "scatter", "mode": "lines",
+                           "line": {"shape": "hv", "color": _colour(i)},
                            "name": run.name, "x": _values(values),
                            "y": _values(np.arange(1, len(values) + 1) / len(values)),
                            "hovertemplate": "TTFT %{x:.3f} s: %{y:.1%} of requests"})
@@ -159,12 +167,13 @@ def ttft_cdf(runs: list[Run]) -> dict | None:
 
 def ttft_by_bucket(runs: list[Run]) -> dict | None:
     traces = []
-    for run in runs:
+    for i, run in enumerate(runs):
         df = run.table("requests")
         if "hit_bucket" not in df:
             continue
         table = by_bucket(df.assign(hit_bucket=pd.Categorical(df["hit_bucket"])))
-        traces.append({"type": "bar", "name": run.name, "x": [str(b) for b in table.index],
+        traces.append({"type": "bar", "name": run.name, "marker": {"color": _colour(i)},
+                       "x": [str(b) for b in table.index],
                        "y": _values(table["ttft_p90_s"]),
                        "hovertemplate": "hit %{x}%: TTFT P90 %{y:.3f} s"})
     if not traces:
@@ -202,11 +211,12 @@ def windows_figure(runs: list[Run], column: str, title: str, ylabel: str, slo_ke
                    slo_unit: str, percent: bool = False) -> dict | None:
     unit, per = time_unit(_span_s(runs))
     traces = []
-    for run in runs:
+    for i, run in enumerate(runs):
         w = _windows(run)
         if w.empty:
             continue
         traces.append({"type": "scatter", "mode": "lines+markers", "marker": {"size": 4},
+                       "line": {"color": _colour(i)},
                        "name": run.name, "x": _values(w["window_start_s"] / per),
                        "y": _values(w[column]), "connectgaps": False,
                        "hovertemplate": f"%{{x:.2f}} {unit}: %{{y:{'.1%' if percent else '.3f'}}}"})
@@ -226,15 +236,16 @@ def pool_series(runs: list[Run], metric: str, title: str, ylabel: str, percent: 
     """One line per run and pool (instances of a role averaged) over the shared time axis."""
     unit, per = time_unit(_span_s(runs))
     traces = []
-    for run in runs:
+    for i, run in enumerate(runs):
         ts, inst = run.table("timeseries"), run.table("instances")
         if ts.empty or inst.empty:
             continue
         rows = ts[ts["metric"] == metric]
         roles = rows["entity"].astype(str).map(dict(zip(inst["instance"], inst["role"])))
         pools = rows.assign(pool=roles).dropna(subset=["pool"]).groupby(["pool", "time_s"])["value"]
-        for pool, part in pools.mean().groupby(level=0):
+        for k, (pool, part) in enumerate(pools.mean().groupby(level=0)):
             traces.append({"type": "scatter", "mode": "lines", "name": f"{run.name}: {pool}",
+                           "line": {"color": _colour(i), "dash": DASHES[k % len(DASHES)]},
                            "x": _values(part.index.get_level_values(1) / per), "y": _values(part),
                            "hovertemplate": f"%{{x:.2f}} {unit}: %{{y:{'.1%' if percent else '.2f'}}}"})
     if not traces:
@@ -249,19 +260,20 @@ def link_series(runs: list[Run]) -> dict | None:
     """Each link's throughput of our transfers, Gb/s, and what background load left of it."""
     unit, per = time_unit(_span_s(runs))
     traces = []
-    for run in runs:
+    for i, run in enumerate(runs):
         ts = run.table("timeseries")
         if ts.empty:
             continue
-        for metric, dash, what in (("throughput_Bps", "solid", "carried"),
-                                   ("capacity_Bps", "dot", "left by background")):
+        for metric, what in (("throughput_Bps", "carried"), ("capacity_Bps", "left by background")):
             rows = ts[ts["metric"] == metric]
             for link, part in rows.groupby("entity", observed=True):
                 if metric == "throughput_Bps" and not part["value"].any():
                     continue           # a link this run never used
                 if metric == "capacity_Bps" and str(link) != "wan":
                     continue
-                traces.append({"type": "scatter", "mode": "lines", "line": {"dash": dash},
+                dash = "dot" if metric == "capacity_Bps" else "solid" if link == "wan" else "dash"
+                traces.append({"type": "scatter", "mode": "lines",
+                               "line": {"color": _colour(i), "dash": dash, "width": 1.5},
                                "name": f"{run.name}: {link} {what}",
                                "x": _values(part["time_s"] / per),
                                "y": _values(part["value"] * 8 / 1e9),
