@@ -371,8 +371,16 @@ def sweep_figures(table: pd.DataFrame) -> list[dict]:
 
 
 # -- the page -----------------------------------------------------------------------------------
+def _cell(v) -> str:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return "-"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
 def _table(df: pd.DataFrame, **kw) -> str:
-    return df.to_html(classes="t", border=0, na_rep="-", float_format=lambda v: f"{v:.4g}", **kw)
+    """A table that scrolls sideways when wide; missing values as "-", numbers to 4 figures."""
+    shown = df.astype(object).map(_cell)
+    return f"<div class='wide'>{shown.to_html(classes='t', border=0, **kw)}</div>"
 
 
 def _provenance(recorded: list[tuple[str, dict]]) -> str:
@@ -421,7 +429,8 @@ class Page:
                  "table.t{border-collapse:collapse;font-size:13px}"
                  "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;"
                  "text-align:right;vertical-align:top}table.prov th,table.prov td{text-align:left}"
-                 "pre{margin:0;font-size:12px}.fig{margin:1em 0}.note{color:#666}")
+                 "pre{margin:0;font-size:12px}.fig{margin:1em 0}.note{color:#666}"
+                 ".wide{overflow-x:auto}")
         draw = ("const specs = " + specs + ";\nspecs.forEach((s, i) => Plotly.newPlot('fig' + i, "
                 "s.data, s.layout, {responsive: true, displaylogo: false}));")
         return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
