@@ -239,6 +239,9 @@ def cmd_capacity(args) -> int:
         print(_json(summary))
         return 0
     where = f"{cap.knob} {cap.load:.4g}, SLO target {cfg.slo.target:.0%}"
+    if cap.status == "never stationary":
+        print(f"capacity not found: no run of the search settled into a steady state ({where})")
+        return 0
     if not cap.found:
         print(f"capacity not found: the SLO target held at every load tried, up to "
               f"{cap.lower_bound_rps:.4g} req/s achieved ({where}); that rate is a lower bound "

@@ -138,3 +138,20 @@ def test_early_stop_never_changes_the_capacity_on_the_bundled_scenarios(name):
     assert with_stop.loads == without.loads
     assert (with_stop.capacity_rps, with_stop.load) == (without.capacity_rps, without.load)
     assert with_stop.stopped_early > 0
+
+
+def test_the_cli_says_never_stationary_rather_than_that_the_slo_held(make_config, tmp_path,
+                                                                      capsys, monkeypatch):
+    import yaml
+
+    from pddsim.cli import main
+    from pddsim.experiments import capacity
+    real = capacity.find_capacity
+    monkeypatch.setattr(capacity, "find_capacity", lambda *a, **kw: real(*a, **kw, max_doublings=1))
+    cfg = horizon_config(make_config, 4.0, 120, roles=(("colocated", 1),), per_token=1e-3)
+    path = tmp_path / "overloaded.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude={"base_dir"},
+                                                  exclude_none=True)))
+    assert main(["capacity", str(path), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("capacity not found: no run of the search settled") and "held" not in out
