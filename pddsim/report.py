@@ -28,12 +28,12 @@ TABLE_FILES = (".parquet", ".csv")
 class Run:
     """The tables of one run directory, and its provenance when it recorded one."""
 
-    def __init__(self, path: Path, name: str | None = None):
+    def __init__(self, path: Path):
         self.path = path
         self.summary = _read_json(path / "summary.json")
         self.provenance = self.summary.get("provenance") or sidecar_provenance(path)
-        self.name = name or str(self.summary.get("system") or path.name)
-        self.tables = {name: _read_table(path, name) for name in RUN_TABLES}
+        self.name = str(self.summary.get("system") or path.name)
+        self.tables = {table: _read_table(path, table) for table in RUN_TABLES}
 
     def table(self, name: str) -> pd.DataFrame:
         found = self.tables.get(name)
@@ -42,9 +42,12 @@ class Run:
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        doc = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return doc
 
 
 def sidecar_provenance(folder: Path) -> dict | None:
@@ -424,7 +427,7 @@ class Page:
 
     def render(self, title: str) -> str:
         from plotly.offline import get_plotlyjs
-        specs = json.dumps(self.figures, allow_nan=False).replace("</", "<\\/")
+        specs = json.dumps(self.figures).replace("</", "<\\/")
         style = ("body{font-family:sans-serif;max-width:1150px;margin:2em auto;color:#222}"
                  "table.t{border-collapse:collapse;font-size:13px}"
                  "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;"

@@ -581,7 +581,8 @@ def heatmap_cells(points: list[dict], axes: dict[str, list]
     for p in points:
         cells.setdefault((ys.index(p["values"][y]), xs.index(p["values"][x])), []).append(p)
     for (i, j), mine in cells.items():
-        values = [p["bcr_at_capacity"] for p in mine if p["outcome"] == "capacity"]
+        values = [p["bcr_at_capacity"] for p in mine
+                  if p["outcome"] == "capacity" and p["bcr_at_capacity"] is not None]
         bounds = [p["capacity_lower_bound_rps"] or 0.0 for p in mine if p["outcome"] == LOWER_BOUND]
         if values:
             bcr[i, j] = max(values)
