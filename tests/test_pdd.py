@@ -174,6 +174,7 @@ def test_a_request_ending_at_its_final_handoff_boundary_ended_on_the_relay(make_
     made there (213 tokens here) never reaches the MD: it is an RLD-only request, not a dual-path
     one with no relay tokens."""
     cfg = pdd(make_config, handoff="one_shot", path_policy="always_relay")
+    routes = []
     for out in range(205, 221):
         r = simulate(cfg, make_workload((0.0, 8192, out))).requests.iloc[0]
         assert r.tokens_out == out
@@ -181,6 +182,9 @@ def test_a_request_ending_at_its_final_handoff_boundary_ended_on_the_relay(make_
             assert r.handoffs == 1 and 0 < r.relay_tokens < out, out
         else:
             assert r.pipeline == "p_rld" and r.relay_tokens == out and r.handoffs == 0, out
+        routes.append(r.pipeline)
+    # shorter outputs end on the RLD, longer ones are handed over: the boundary lies in the range
+    assert routes == sorted(routes, key=["p_rld", "p_rld_md"].index) and len(set(routes)) == 2
 
 
 def test_a_preemption_on_the_md_is_not_a_handoff_stall(make_config, make_workload):
