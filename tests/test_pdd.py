@@ -161,9 +161,9 @@ def test_a_request_ending_twice_stops_the_run(make_config, make_workload, monkey
     from pddsim.errors import InvariantError
     from pddsim.system.pipelines import Pipeline
 
-    def finished_twice(self, req, inst):
-        self._end(req)
-        self._end(req)
+    def finished_twice(self, job):
+        self._end(job.req)
+        self._end(job.req)
     monkeypatch.setattr(Pipeline, "finished", finished_twice)
     with pytest.raises(InvariantError, match="request 0 ended twice"):
         simulate(pdd(make_config), make_workload((0.0, 1000, 10), (1.0, 1000, 10)))
