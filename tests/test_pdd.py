@@ -230,3 +230,16 @@ def test_the_filter_catches_long_input_short_output_traffic(make_config, make_wo
     assert (caught == (df.input_tokens == 12000)).all()
     assert (df[caught].wan_bytes == 0).all() and (df[caught].wan_bytes_no_drc == 0).all()
     assert (df.status == "completed").all()
+
+
+def test_a_request_failing_before_its_route_is_decided_has_none(make_config, make_workload):
+    """A prompt larger than the P's KV memory (2 x H100: ~8.5k tokens) fails there, before PDD
+    picks a route: it is recorded with no route, not with PD's `p_d`, a route PDD does not have."""
+    cfg = make_config(roles=(("prefill", 1, 2), ("relay", 1), ("decode", 1)), two_clusters=True)
+    res = simulate(cfg, make_workload((0.0, 20_000, 10), (1.0, 2000, 10)))
+    df = res.requests
+    assert list(df.status) == ["failed", "completed"]
+    assert df.failure.iloc[0].endswith("context exceeds the instance's KV memory")
+    assert df.pipeline.iloc[0] == "" and df.pipeline.iloc[1] in ("p_md", "p_rld_md", "p_rld")
+    assert res.summary["pipeline_p_md"] + res.summary["pipeline_p_rld_md"] + \
+        res.summary["pipeline_rld_only"] == pytest.approx(0.5)

@@ -64,6 +64,10 @@ class PDD(Disaggregated):
         self._states: dict[Request, PddRequestState] = {}      # requests past their prefill
         self._leftovers: dict[PddRequestState, None] = {}   # ended requests' work on an MD
 
+    def stamp(self, req: Request) -> None:
+        """A PDD request's route is decided once its prefill is done (`prefill_done`); one that
+        fails before then has none."""
+
     @property
     def wan(self) -> Link:
         assert self.dep.wan is not None, "PDD's clusters are joined by a WAN (the config requires it)"
