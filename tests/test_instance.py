@@ -169,3 +169,38 @@ def test_work_arriving_on_a_boundary_joins_there(make_config, arrival):
     env.run()
     joins = 1.0 if arrival == 1.0 else 1.25
     assert at == {0: (2.5, 10), 1: (joins + 0.75, 3)}
+
+
+class _Recording(_QuarterSecond):
+    """Notes the attention pairs each iteration is priced for."""
+
+    def __init__(self):
+        self.pairs: list[float] = []
+
+    def iteration(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0, requests=None):
+        self.pairs.append(attn_pairs)
+        return 0.25
+
+    def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0, requests=None):
+        self.pairs.extend(attn_pairs.tolist())
+        return np.full(len(tokens), 0.25)
+
+
+def test_a_chunk_is_priced_by_one_attention_formula_in_the_engine_and_in_estimates(make_config):
+    """A lone 1,000-token prompt over 200 cached tokens in chunks of 256: the engine and the
+    sessions' unloaded estimate price the same chunks for the same pairs, the one function's."""
+    from pddsim.engine.perf import chunk_attention_pairs
+    from pddsim.sessions import _prefill_s
+    env = simpy.Environment()
+    engine = _Recording()
+    batching = make_config(batching={"prefill_chunk": 256, "token_budget": 256}).batching
+    inst = Instance(env, "p", "prefill", "a", perf=engine, kv_capacity_tokens=10**6,
+                    batching=batching.under(catalog.engine(DEFAULT_ENGINE)), cache=None)
+    req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=1200, output_tokens=1), 0.0)
+    inst.submit(Job(req, on_held=lambda job: None, on_failed=None), prefill=1000, decode=0,
+                context=200, hold=True)
+    env.run()
+    estimate = _Recording()
+    _prefill_s(estimate, np.array([200]), np.array([1000]), 256)
+    expected = [chunk_attention_pairs(200 + done, min(256, 1000 - done)) for done in range(0, 1000, 256)]
+    assert engine.pairs == estimate.pairs == expected

@@ -37,7 +37,7 @@ from simpy.events import URGENT
 
 from pddsim.engine.job import Job
 from pddsim.engine.network import Flow, Link
-from pddsim.engine.perf import LinearRun
+from pddsim.engine.perf import LinearRun, chunk_attention_pairs
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.engine.request import Request
 from pddsim.intmath import ceil_div
@@ -593,7 +593,7 @@ class Instance:
                 chunks.append((job, c))
                 budget -= c
                 tokens += c
-                pairs += c * (job.context + c / 2)
+                pairs += chunk_attention_pairs(job.context, c)
                 kv_read += job.context
             return chunks, self.perf.iteration(tokens, pairs, kv_read, ctx if decoding else 0,
                                                decoding + len(chunks))
