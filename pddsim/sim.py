@@ -24,7 +24,7 @@ from pddsim.errors import InputError, InvariantError
 from pddsim.metrics import Recorder, summarize
 from pddsim.sessions import session_summary, session_table
 from pddsim.stationary import steady_summary
-from pddsim.system.deployment import build, check_fits
+from pddsim.system.deployment import Deployment, build, check_fits
 from pddsim.system.faults import STALLED, FaultInjector
 from pddsim.system.pdd import PDD
 from pddsim.system.pipelines import Colocated, Disaggregated
@@ -82,14 +82,13 @@ class Result:
         (out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
 
 
-def make_pipeline(env, cfg: Config, routers, on_end, seed: int):
+def make_pipeline(env, cfg: Config, dep: Deployment, routers, on_end, seed: int, tracer=None):
     """The pipeline the deployment's roles call for."""
-    roles = {g.role for c in cfg.clusters.values() for g in c.instances}
-    if "colocated" in roles:
-        return Colocated(env, routers, on_end)
-    if "relay" in roles:
-        return PDD(env, routers, on_end, cfg.pdd, np.random.default_rng([seed, 4]))
-    return Disaggregated(env, routers, on_end)
+    if "colocated" in dep.pools:
+        return Colocated(env, dep, routers, on_end, tracer)
+    if "relay" in dep.pools:
+        return PDD(env, dep, routers, on_end, cfg.pdd, np.random.default_rng([seed, 4]), tracer)
+    return Disaggregated(env, dep, routers, on_end, tracer)
 
 
 def load_workload(cfg: Config, source: Workload | None = None) -> Workload:
@@ -190,16 +189,11 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         if stop_when is not None and not stopped.triggered and stop_when(req):
             stopped.succeed()
 
-    pipeline = make_pipeline(env, cfg, routers, on_end, seed)
-    pipeline.dep = build(env, cfg, pipeline, seed)
+    pipeline = make_pipeline(env, cfg, build(env, cfg, seed, timeline), routers, on_end, seed, timeline)
     reqs = workload.requests
     all_instances = [i for members in pipeline.dep.members.values() for i in members]
     if isinstance(env, CheckedEnvironment):
         checks = Invariants(env, all_instances, pipeline.dep.links)
-    if timeline is not None:
-        pipeline.tracer = timeline
-        for inst in all_instances:
-            inst.tracer = timeline
     period_s = cfg.observe.sample_s
     if period_s is None:
         period_s = default_period_s(max((r.arrival_s for r in reqs), default=0.0))

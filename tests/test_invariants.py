@@ -61,9 +61,9 @@ def test_kv_over_capacity_is_caught(make_config, make_workload, monkeypatch):
     from pddsim.system.pipelines import Disaggregated
     done = Disaggregated.prefill_done
 
-    def shrink_then_ship(self, req, p):
-        p.capacity = 512                          # memory shrinks under the prompt it holds
-        done(self, req, p)
+    def shrink_then_ship(self, job):
+        job.inst.capacity = 512                   # memory shrinks under the prompt it holds
+        done(self, job)
     monkeypatch.setattr(Disaggregated, "prefill_done", shrink_then_ship)
     with pytest.raises(InvariantError, match=r"prefill0 at .* KV pool use 10\d\d tokens"):
         simulate(make_config(roles=PD), make_workload((0.0, 1000, 50)), check_invariants=True)

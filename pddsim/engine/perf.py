@@ -32,6 +32,14 @@ if TYPE_CHECKING:
 ACT_BYTES = 2.0  # activations travel in BF16 in the tensor-parallel all-reduces and all-to-alls
 
 
+def chunk_attention_pairs(context, chunk):
+    """Query-key pairs of a prefill chunk of `chunk` tokens over `context` resident ones: each of
+    its tokens attends to the context, and causally to the chunk (half of it, on average). The
+    engine, the sessions' estimate and the handoff benchmark all price a chunk by it (scalars or
+    arrays)."""
+    return chunk * (context + chunk / 2)
+
+
 class DecodeRun(Protocol):
     """k decode iterations of a fixed batch, priced at once: how long the first m take, the longest
     of them, and how many end by time t."""

@@ -238,7 +238,7 @@ class Elastic:
         if inst.kv_in_use or inst.waiting or inst.prefilling or inst.inbound_tokens or \
                 self.pipeline.leftovers:
             return False
-        return not any(_refers(req, inst) for req in self.in_flight.values())
+        return not any(self.pipeline.refers(req, inst) for req in self.in_flight.values())
 
     def _release(self, inst: Instance) -> None:
         self.state[inst] = OFF
@@ -322,21 +322,6 @@ class Elastic:
         out["short_s"] = _union_s(intervals)
         out["requests_while_short_share"] = _overlap_share(intervals, arrival_s, finish_s)
         return out
-
-
-def _refers(req: Request, inst: Instance) -> bool:
-    """Will `req` still use `inst`: it is on it, or the pipeline's state for it names it (a
-    transfer's ends, a PDD request's P, RLD or MD)."""
-    if req.inst is inst:
-        return True
-    st = req.state
-    if st is None:
-        return False
-    if isinstance(st, tuple):
-        return inst in st
-    shadow = getattr(st, "shadow", None)
-    return inst in (getattr(st, "p", None), getattr(st, "rld", None), getattr(st, "md", None),
-                    shadow.inst if shadow is not None else None)
 
 
 def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
