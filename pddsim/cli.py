@@ -69,9 +69,11 @@ def _config(args):
 
 def cmd_run(args) -> int:
     from pddsim.metrics import by_bucket, headline, stage_table
-    from pddsim.sim import load_workload, simulate
+    from pddsim.sim import load_workload, prepare_out_dir, simulate
     cfg = _config(args)
     workload = load_workload(cfg)
+    if args.out:
+        prepare_out_dir(args.out)
     with _progress(len(workload), args.quiet) as bar:
         result = simulate(cfg, workload, args.seed, on_progress=bar.update,
                           check_invariants=args.check_invariants)
@@ -714,6 +716,8 @@ def main(argv: list[str] | None = None) -> int:
     args = None
     try:
         args = parser().parse_args(argv)
+        if getattr(args, "seed", None) is not None and args.seed < 0:
+            raise InputError(f"--seed: must be at least 0, got {args.seed}")
         return args.func(args)
     except InputError as e:
         print(f"pddsim: {e}", file=sys.stderr)

@@ -24,9 +24,16 @@ from pydantic.fields import FieldInfo
 
 from pddsim import catalog
 from pddsim.errors import InputError
-from pddsim.schema import Strict, read_yaml, validated
+from pddsim.schema import TOO_MANY_DIGITS, Strict, read_yaml, validated
 
 ROLES = ("prefill", "decode", "colocated", "relay")
+# what one run may build and generate, so that validating a config bounds what running it allocates
+# (ten million instances passed validation, then died of MemoryError at 3.6 GB): far past the
+# largest fleet and workload the benchmarks run (1,024 instances, a million requests)
+MAX_INSTANCES = 100_000                  # per instance group
+MAX_REQUESTS = 10_000_000                # per synthetic workload
+MIN_SAMPLE_S = 1e-3                      # sampling period: an engine iteration takes milliseconds
+MAX_SAMPLES = 1_000_000                  # time-series samples per series over the trace's span
 
 
 class BackgroundLoad(Strict):
@@ -131,7 +138,7 @@ class Scaling(Strict):
 
 class InstanceGroup(Strict):
     role: Literal["prefill", "decode", "colocated", "relay"]
-    count: int = Field(ge=1, description="instances at the start")
+    count: int = Field(ge=1, le=MAX_INSTANCES, description="instances at the start")
     tp: int = Field(1, ge=1, description="tensor-parallel GPUs of each attention rank")
     dp: int = Field(1, ge=1, description="attention data-parallel ranks per instance, each with "
                     "its own requests' KV and a replica of the non-expert weights; an instance "
@@ -270,7 +277,7 @@ class PoissonSpec(Strict):
     """Knobs of the Poisson workload: independent requests, lognormal lengths. Every input starts
     with the same `shared_prefix_tokens` (a system prompt); the rest of each input is unique."""
 
-    n_requests: int = Field(ge=1)
+    n_requests: int = Field(ge=1, le=MAX_REQUESTS)
     rate_rps: float = Field(gt=0, description="mean arrivals per second")
     input_mean: float = Field(gt=0, description="mean input tokens")
     output_mean: float = Field(gt=0, description="mean output tokens")
@@ -297,7 +304,7 @@ class AgentSpec(Strict, frozen=True):
     raise `context_mean` (or `turns_mean`), bound it with `max_context` and set `output_mean`.
     """
 
-    sessions: int = Field(400, ge=1, description="number of sessions (tasks)")
+    sessions: int = Field(400, ge=1, le=MAX_REQUESTS, description="number of sessions (tasks)")
     session_rate: float = Field(0.1, gt=0, description="sessions started per second (Poisson)")
     turns_mean: float = Field(30.0, ge=1, description="mean LLM calls per session (geometric, >= 1)")
     system_tokens: int = Field(
@@ -365,7 +372,8 @@ class BenchmarkSpec(Strict, frozen=True):
     concurrency: int = Field(ge=1, description="clients, each with one request in flight")
     isl: int = Field(ge=1, description="input tokens of every request")
     osl: int = Field(ge=1, description="output tokens of every request")
-    requests: int | None = Field(None, ge=1, description="measured requests (null: 10 x concurrency)")
+    requests: int | None = Field(None, ge=1, le=MAX_REQUESTS,
+                                 description="measured requests (null: 10 x concurrency)")
     warmup: int | None = Field(None, ge=0, description="warm-up requests before them (null: 2 x "
                                "concurrency, as aiperf's benchmark scripts send)")
     isl_jitter: float = Field(0.0, ge=0, le=1, description="relative standard deviation of the "
@@ -508,10 +516,17 @@ class Pricing(Strict):
 class Observe(Strict):
     sample_s: float | None = Field(
         None, ge=0, description="time-series sampling period; null: 1/200 of the trace's span "
-        "(at least 1 s); 0: off")
+        f"as replayed (at least 1 s); 0: off; else at least {MIN_SAMPLE_S:g} s")
     timeline: bool = Field(False, description="keep a Perfetto/Chrome timeline of the run")
     timeline_limit: int = Field(200_000, ge=1, description="timeline events kept at most; the "
                                 "rest are counted in the file's metadata")
+
+    @field_validator("sample_s")
+    @classmethod
+    def _off_or_coarse_enough(cls, v: float | None) -> float | None:
+        if v is not None and 0 < v < MIN_SAMPLE_S:
+            raise ValueError(f"a sampling period is 0 (off) or at least {MIN_SAMPLE_S:g} s, got {v:g}")
+        return v
 
 
 class LinkFault(Strict):
@@ -597,14 +612,15 @@ class Config(Strict):
     prefix_cache: PrefixCacheConfig = PrefixCacheConfig()
     slo: Slo
     perf: Perf = Perf()
-    gpu_prices: dict[str, float] = Field(default_factory=dict, description="USD/GPU-hour overrides")
+    gpu_prices: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict, description="USD/GPU-hour overrides")
     policies: Policies = Policies()
     pdd: Pdd = Pdd()
     workload: WorkloadConfig
     observe: Observe = Observe()
     pricing: Pricing = Pricing()
     faults: Faults | None = Field(None, description="faults during the run (null: none)")
-    seed: int = 0
+    seed: int = Field(0, ge=0, description="seeds every random stream of the run")
     base_dir: str = Field(".", description="where relative paths resolve (set by the loader)")
 
     @model_validator(mode="after")
@@ -700,6 +716,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         return key.strip(), yaml.safe_load(value)
     except yaml.YAMLError as e:
         raise InputError(f"--set {text}: value is not valid YAML ({str(e).splitlines()[0]})") from None
+    except ValueError:                       # the loader's int() of a number past the digit limit
+        raise InputError(f"--set {key.strip()}: {TOO_MANY_DIGITS}") from None
 
 
 def from_dict(raw: dict, origin: str) -> Config:

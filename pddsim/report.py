@@ -20,8 +20,7 @@ import pandas as pd
 
 from pddsim.errors import InputError
 from pddsim.metrics import by_bucket, headline, stage_table
-
-RUN_TABLES = {"requests", "instances", "links", "timeseries", "windows", "sessions"}
+from pddsim.sim import RUN_TABLES
 
 
 class Run:

@@ -2,6 +2,7 @@
 errors are one InputError line naming the file and the field."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,6 +46,11 @@ def read_yaml(path: Path, what: str) -> Any:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         raise InputError(f"{path}{line}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except ValueError:                       # the loader's int() of a number past the digit limit
+        raise InputError(f"{path}: {TOO_MANY_DIGITS}") from None
+
+
+TOO_MANY_DIGITS = f"an integer of more than {sys.get_int_max_str_digits()} digits"
 
 
 def load_model(model: type[M], path: Path, what: str) -> M:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from pddsim.config import AgentSynthetic, Config
+from pddsim.config import MAX_SAMPLES, AgentSynthetic, Config
 from pddsim.cost import cost_per_hour, revenue_summary
 from pddsim.engine.invariants import CheckedEnvironment, Invariants
 from pddsim.engine.request import Request
@@ -39,10 +39,37 @@ from pddsim.timeseries import (
     window_table,
 )
 from pddsim.workload.horizon import poisson_starts, resample
-from pddsim.workload.model import Workload
+from pddsim.workload.model import CLOCK_LIMIT_S, Workload
 from pddsim.workload.readers import read_workload
 from pddsim.workload.replay import Replay
 from pddsim.workload.synthetic import agent_workload, generate
+
+RUN_TABLES = ("requests", "sessions", "instances", "links", "timeseries", "windows")
+# every file `Result.write` may leave, in any of its formats
+RUN_FILES = tuple(f"{t}.{fmt}" for t in RUN_TABLES for fmt in ("parquet", "csv", "jsonl")) + (
+    "summary.json",)
+
+
+def prepare_out_dir(out_dir: str | Path, *, runs_below: bool = False) -> Path:
+    """`out_dir` made ready for a run's files before anything is simulated: created, or the files
+    an earlier run left there removed (and, with `runs_below`, those of the runs in its subfolders,
+    as a comparison writes them), so that no stale table lies beside new ones and `pddsim report`
+    never mixes two runs. Other files are left alone; a file in the folder's place is refused."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a folder (--out names a folder)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        below = [p for p in sorted(out.iterdir()) if (p / "summary.json").is_file()] if runs_below else []
+        for folder in (out, *below):
+            for name in RUN_FILES:
+                (folder / name).unlink(missing_ok=True)
+        for folder in below:
+            if not any(folder.iterdir()):
+                folder.rmdir()
+    except OSError as e:
+        raise InputError(f"{out}: cannot prepare the folder ({e.strerror})") from None
+    return out
 
 
 @dataclass
@@ -95,7 +122,13 @@ def load_workload(cfg: Config, source: Workload | None = None) -> Workload:
     """The workload a config names: a trace file or a seeded synthetic generator; with
     `workload.horizon_s`, sessions started over the horizon at `session_rate_rps` (an Agent
     generator's own, any other workload's resampled: `source`, when given, is that workload as
-    read, so that a search over rates reads it once)."""
+    read, so that a search over rates reads it once). Refused if a run could not serve it."""
+    workload = _read_or_generate(cfg, source)
+    check_servable(cfg, workload)
+    return workload
+
+
+def _read_or_generate(cfg: Config, source: Workload | None) -> Workload:
     w = cfg.workload
     if w.horizon_s is not None:
         assert w.session_rate_rps is not None        # the config requires it
@@ -103,25 +136,52 @@ def load_workload(cfg: Config, source: Workload | None = None) -> Workload:
             starts = poisson_starts(w.session_rate_rps, w.horizon_s,
                                     np.random.default_rng([cfg.seed, 7]))
             return agent_workload(w.synthetic.knobs, cfg.seed, starts)
-        base = source if source is not None else load_workload(
-            cfg.model_copy(update={"workload": w.model_copy(update={"horizon_s": None})}))
+        base = source if source is not None else _read_or_generate(
+            cfg.model_copy(update={"workload": w.model_copy(update={"horizon_s": None})}), None)
         return resample(base, w.session_rate_rps, w.horizon_s, cfg.seed)
     if w.synthetic is not None:
         return generate(w.synthetic, seed=cfg.seed)
     assert w.trace is not None          # the config requires exactly one source
-    path = cfg.resolve(w.trace)
-    workload = read_workload(path, w.format, limit=w.limit, shared_prefix=w.shared_prefix,
-                             max_tokens=w.max_tokens)
-    # a request no instance can ever hold would only be decoded token by token until it fails
-    # (1e12 output tokens: hours of simulation); refuse the trace instead
+    return read_workload(cfg.resolve(w.trace), w.format, limit=w.limit,
+                         shared_prefix=w.shared_prefix, max_tokens=w.max_tokens)
+
+
+def check_servable(cfg: Config, workload: Workload) -> None:
+    """Refuse a workload whose run could not end or could not be measured: a request no instance
+    can ever hold would only be decoded token by token until it fails (1e12 output tokens: hours
+    of simulation), one replayed past the clock's resolution would have its latencies rounded
+    away (a request at 1e17 s showed TTFT 0)."""
+    where = "workload.synthetic" if cfg.workload.synthetic is not None else workload.source
+    fix = ("lower its lengths" if cfg.workload.synthetic is not None
+           else "clip it with workload.max_tokens")
     largest = check_fits(cfg)
+    scale = cfg.workload.time_scale
     for i, r in enumerate(workload.requests):
         if r.input_tokens + r.output_tokens > largest:
             raise InputError(
-                f"{path}: request {i} (arriving at {r.arrival_s:g} s) needs {r.input_tokens} + "
+                f"{where}: request {i} (arriving at {r.arrival_s:g} s) needs {r.input_tokens} + "
                 f"{r.output_tokens} tokens, more than any instance's KV memory holds ({largest}); "
-                f"clip it with workload.max_tokens")
-    return workload
+                f"{fix}")
+        if r.arrival_s / scale + r.think_s > CLOCK_LIMIT_S:
+            raise InputError(
+                f"{where}: request {i} is replayed at {r.arrival_s / scale:g} s (time_scale "
+                f"{scale:g}) after {r.think_s:g} s of thinking, past {CLOCK_LIMIT_S:g} s, the latest "
+                f"time the simulated clock resolves to a microsecond")
+
+
+def sample_period_s(cfg: Config, workload: Workload) -> float:
+    """The time series' sampling period: the configured one or about 200 samples over the trace's
+    span as replayed (a time scale stretches or squeezes it); refused when it would take more than
+    MAX_SAMPLES samples per series over that span."""
+    span_s = max((r.arrival_s for r in workload.requests), default=0.0) / cfg.workload.time_scale
+    period_s = cfg.observe.sample_s
+    if period_s is None:
+        return default_period_s(span_s)
+    if period_s > 0 and span_s / period_s > MAX_SAMPLES:
+        raise InputError(f"observe.sample_s: {period_s:g} s takes {span_s / period_s:.3g} samples "
+                         f"per series over the trace's {span_s:g} s, more than {MAX_SAMPLES:,}; "
+                         f"at least {span_s / MAX_SAMPLES:.3g} s")
+    return period_s
 
 
 def run_through_faults(env, daemons, pipeline, replay: Replay,
@@ -194,9 +254,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     all_instances = [i for members in pipeline.dep.members.values() for i in members]
     if isinstance(env, CheckedEnvironment):
         checks = Invariants(env, all_instances, pipeline.dep.links)
-    period_s = cfg.observe.sample_s
-    if period_s is None:
-        period_s = default_period_s(max((r.arrival_s for r in reqs), default=0.0))
+    period_s = sample_period_s(cfg, workload)
     sampler = Sampler(env, all_instances, pipeline.dep.links, period_s, pipeline.dep.daemons,
                       timeline) if period_s > 0 else None
     faults = None if cfg.faults is None else FaultInjector(
