@@ -12,6 +12,8 @@ import sys
 import traceback
 from pathlib import Path
 
+import yaml
+
 from pddsim.config import AgentSpec, bundled
 from pddsim.errors import InputError
 from pddsim.schema import validated
@@ -435,6 +437,34 @@ def cmd_trace_stats(args) -> int:
     return 0
 
 
+def cmd_catalog(args) -> int:
+    from pddsim.catalog import KINDS, Catalog, with_files
+    known = validated(Catalog, with_files({"include": args.catalog or []}, Path(".")), "--catalog")
+    if args.action == "list":
+        brief = {"gpus": "{hbm_gb:g} GB at {hbm_tbps:g} TB/s, {bf16_tflops:g} BF16 TFLOPS, "
+                         "${price_per_hour:g}/h",
+                 "models": "{params_b:g}B parameters ({active_params_b:g}B active), {weight_dtype}",
+                 "engines": "{overhead_ms:g} ms an iteration, {scheduler} scheduler, {admission} admission"}
+        if args.what not in (None, *KINDS):
+            raise InputError(f"catalog list {args.what}: say {', '.join(KINDS)} or nothing (all)")
+        for kind in [args.what] if args.what else KINDS:
+            print(f"{kind}:")
+            for name, entry in sorted(known.known(kind).items()):
+                print(f"  {name:<20} {brief[kind].format(**dict(entry)):<58} "
+                      f"{known.source(kind, name)}")
+        return 0
+    found = [(kind, known.known(kind)[args.what]) for kind in KINDS if args.what in known.known(kind)]
+    if not found:
+        raise InputError(f"no GPU, model or engine profile {args.what!r} (`pddsim catalog list`)")
+    for kind, entry in found:
+        fields = entry.model_dump(mode="json", exclude={"name", "source"})
+        if not fields.get("override", True):
+            del fields["override"]
+        print(f"# {KINDS[kind]} {args.what}, from {known.source(kind, args.what)}")
+        print(yaml.safe_dump({args.what: fields}, sort_keys=False), end="")
+    return 0
+
+
 def cmd_configs(args) -> int:
     from pddsim.config import bundled_scenarios
     for name, cfg in bundled_scenarios().items():
@@ -443,7 +473,21 @@ def cmd_configs(args) -> int:
     return 0
 
 
+def _add_catalog_arg(p):
+    p.add_argument("--catalog", action="append", metavar="FILE",
+                   help="GPUs, models and engine profiles of your own (sections gpus, models, "
+                   "engines, each as in pddsim/data/); repeatable")
+
+
+def _catalog_overrides(args) -> None:
+    """`--catalog FILE` is `--set catalog.include+=FILE`: wherever a command loads configs."""
+    files = getattr(args, "catalog", None) if args.func is not cmd_catalog else None
+    args.set = [f"catalog.include+={json.dumps(str(Path(f).resolve()))}" for f in files or []] + (
+        getattr(args, "set", None) or [])
+
+
 def _add_config_args(p, *, trace=True):
+    _add_catalog_arg(p)
     p.add_argument("config", nargs="?", help="scenario YAML, or a bundled scenario by name "
                    f"(`pddsim configs list`; default: {DEFAULT_CONFIG.stem})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -492,6 +536,7 @@ def parser() -> Parser:
                           "(default: the PDD paper scenario, with the paper's figures)")
     cmp_.add_argument("configs", nargs="*", help="scenario YAMLs; the first one's workload is used")
     cmp_.add_argument("--set", action="append", metavar="KEY=VALUE", help="override in every config")
+    _add_catalog_arg(cmp_)
     cmp_.add_argument("--trace", metavar="PATH", help="replay this trace in every system")
     cmp_.add_argument("--seed", type=int)
     cmp_.add_argument("--capacity", action="store_true",
@@ -529,6 +574,7 @@ def parser() -> Parser:
     flt.add_argument("configs", nargs="+", help="scenario YAMLs with a faults section (e.g. "
                      "configs/faults/*.yaml); the first one's workload is used")
     flt.add_argument("--set", action="append", metavar="KEY=VALUE", help="override in every config")
+    _add_catalog_arg(flt)
     flt.add_argument("--seed", type=int)
     flt.add_argument("--plot", metavar="FILE.png", help="TTFT P90 and SLO attainment per minute, "
                      "faults shaded")
@@ -673,6 +719,14 @@ def parser() -> Parser:
     imp.add_argument("--licence", help="provenance: the source's licence")
     imp.set_defaults(func=cmd_perf_import)
 
+    ctl = sub.add_parser("catalog", help="the GPUs, models and engine profiles known, with "
+                         "where each comes from")
+    ctl.add_argument("action", choices=("list", "show"))
+    ctl.add_argument("what", nargs="?", help="list: gpus, models or engines (default: all); "
+                     "show: an entry's name")
+    _add_catalog_arg(ctl)
+    ctl.set_defaults(func=cmd_catalog)
+
     cfs = sub.add_parser("configs", help="the bundled scenarios")
     cfs.add_argument("action", choices=("list",), help="list: each scenario's name (what a "
                      "command takes in place of a path), system and model")
@@ -714,6 +768,7 @@ def main(argv: list[str] | None = None) -> int:
     args = None
     try:
         args = parser().parse_args(argv)
+        _catalog_overrides(args)
         return args.func(args)
     except InputError as e:
         print(f"pddsim: {e}", file=sys.stderr)

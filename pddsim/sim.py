@@ -215,7 +215,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
 
     # the serving front end holds each request this long (and a random extra) before the engine
     # sees it, after its turn in the serving process, which takes requests one at a time
-    front = cfg.perf.engine_profile()
+    front = cfg.engine_profile()
     frontend_s, jitter_s = front.frontend_ms / 1e3, front.frontend_jitter_ms / 1e3
     serial_s = front.frontend_serial_ms / 1e3
     jitter = np.random.default_rng([seed, 6])
