@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -16,6 +17,7 @@ import yaml
 
 from pddsim.config import AgentSpec, bundled
 from pddsim.errors import InputError
+from pddsim.provenance import COMMAND, provenance
 from pddsim.schema import validated
 
 DEFAULT_CONFIG = bundled("same_dc_pd.yaml")
@@ -85,7 +87,7 @@ def cmd_run(args) -> int:
         if short := result.timeline.shortfall(result.summary["sim_duration_s"]):
             print(f"pddsim: timeline {args.timeline}: {short}", file=sys.stderr)
     if args.json:
-        print(_json(result.summary))
+        print(_json({**result.summary, "provenance": result.provenance()}))
     else:
         shown = headline(result.summary)
         width = max(map(len, shown))
@@ -145,7 +147,7 @@ def cmd_compare(args) -> int:
         summaries = compare(configs, workload, seed=args.seed, capacity=capacity,
                             on_progress=bar.update, out_dir=args.out)
     if args.json:
-        print(_json(summaries))
+        print(_json([{**s, "provenance": provenance(cfg, args.seed)} for s, cfg in zip(summaries, configs)]))
         return 0
     if best_split:
         print(f"each system's best split within ${chosen[0][1].budget:g}/h "
@@ -174,6 +176,7 @@ def cmd_faults(args) -> int:
         plot_fault_study(study, args.plot)
     if args.json:
         print(_json({"summaries": study.summaries,
+                     "provenance": [provenance(cfg, args.seed) for cfg in configs],
                      "per_minute": study.per_minute.to_dict(orient="records"),
                      "faults": [{"start_s": s, "end_s": e, "what": w} for s, e, w in study.faults]}))
         return 0
@@ -182,6 +185,8 @@ def cmd_faults(args) -> int:
 
 
 def cmd_bathtub(args) -> int:
+    from dataclasses import asdict
+
     from pddsim.experiments.bathtub import POLICIES, Stream, bathtub, parse_hits, plot
     cfg = _config(args)
     hits = parse_hits(args.hits)
@@ -196,7 +201,7 @@ def cmd_bathtub(args) -> int:
         plot(points, args.plot, f"{cfg.name}: {stream.context_tokens} tokens, "
              f"{stream.rate_rps:g} req/s")
     if args.json:
-        print(_json({"points": points}))
+        print(_json({"points": points, "provenance": provenance(cfg, args.seed, stream=asdict(stream))}))
         return 0
     import pandas as pd
     table = pd.DataFrame(points).pivot(index="hit_rate", columns="policy",
@@ -213,7 +218,8 @@ def _compare_loads(args, configs, workload) -> int:
         result = compare_across_loads(configs, workload, loads, seed=args.seed, on_progress=bar.update)
     if args.plot:
         plot_loads(result, args.plot)
-    print(_json(result.to_json()) if args.json else format_loads(result))
+    print(_json({**result.to_json(), "provenance": [provenance(cfg, args.seed) for cfg in configs]})
+          if args.json else format_loads(result))
     return 0
 
 
@@ -232,7 +238,7 @@ def cmd_capacity(args) -> int:
         cap = find_capacity(cfg, load_workload(cfg), seed=args.seed, on_progress=bar.update)
     summary = cap.summary()
     if args.json:
-        print(_json(summary))
+        print(_json({**summary, "provenance": cap.result.provenance()}))
         return 0
     where = f"{cap.knob} {cap.load:.4g}, SLO target {cfg.slo.target:.0%}"
     if not cap.found:
@@ -258,6 +264,7 @@ def _cache(args):
 
 def cmd_sweep(args) -> int:
     from pddsim.experiments.sweep import format_sweep, grid_points, sweep, table_writer
+    from pddsim.provenance import write as write_provenance
     write = table_writer(args.out) if args.out else None
     points = grid_points(args.grid)
     cache = _cache(args)
@@ -267,6 +274,8 @@ def cmd_sweep(args) -> int:
                       seed=args.seed, on_progress=bar.update, backend=backend, cache=cache)
     if write:
         write(table)
+        write_provenance(provenance(_config(args), args.seed, grid=args.grid, capacity=args.capacity),
+                         Path(f"{args.out}.provenance.json"))
     if args.json:
         print(_json(table.to_dict(orient="records")))
     else:
@@ -276,6 +285,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_plan(args) -> int:
     from pddsim.experiments.plan import format_plan, plan, prepare_out, write_outputs
+    from pddsim.provenance import write as write_provenance
     if args.out:
         prepare_out(args.out)
     cache = _cache(args)
@@ -289,9 +299,12 @@ def cmd_plan(args) -> int:
         result = plan(args.config or DEFAULT_CONFIG, args.vary, args.set or [], budget=args.budget,
                       load=args.load, objective=args.objective, seeds=args.seeds, seed=args.seed,
                       backend=backend, cache=cache, on_progress=bar.update, on_total=total)
+    prov = provenance(_config(args), args.seed, vary=args.vary, budget=args.budget, load=args.load,
+                      objective=args.objective, seeds=args.seeds)
     if args.out:
         write_outputs(result, args.out)
-    print(_json(result.to_json()) if args.json else format_plan(result))
+        write_provenance(prov, Path(args.out) / "provenance.json")
+    print(_json({**result.to_json(), "provenance": prov}) if args.json else format_plan(result))
     return 0
 
 
@@ -767,6 +780,7 @@ def parser() -> Parser:
 def main(argv: list[str] | None = None) -> int:
     args = None
     try:
+        COMMAND.set(shlex.join(["pddsim", *(sys.argv[1:] if argv is None else argv)]))
         args = parser().parse_args(argv)
         _catalog_overrides(args)
         return args.func(args)

@@ -27,7 +27,7 @@ def run_json(capsys, *argv) -> dict:
     code = cli.main(["run", *map(str, argv), *SMALL, "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    return {k: v for k, v in json.loads(out).items() if k not in ("provenance", "wall_s")}
+    return {k: v for k, v in json.loads(out).items() if k != "provenance"}
 
 
 def test_a_copy_under_a_new_name_runs_exactly_as_the_original(tmp_path, capsys):
