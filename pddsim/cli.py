@@ -23,11 +23,48 @@ from pddsim.schema import validated
 DEFAULT_CONFIG = bundled("same_dc_pd.yaml")
 
 
+# what each command's --help ends with: a command line that works as it stands
+EXAMPLES = {
+    "pddsim": "pddsim run paper/pdd --json\n  pddsim compare same_dc_pd pdd --no-capacity",
+    "run": "pddsim run paper/pdd --seed 1 --json > run.json\n"
+           "  pddsim run pdd --trace my_trace.jsonl --out runs/pdd",
+    "compare": "pddsim compare same_dc_pd cross_dc_pd pdd --no-capacity\n  pddsim compare   "
+               "# the paper scenario, capacities searched (minutes)",
+    "faults": "pddsim faults faults/same_dc_pd faults/pdd --plot faults.png",
+    "capacity": "pddsim capacity pdd --json",
+    "sweep": "pddsim sweep pdd --grid wan.bandwidth_gbps=10,20,40 --out sweep.csv",
+    "plan": "pddsim plan same_dc_pd --vary clusters.a.instances.0.count=2..4 "
+            "--vary clusters.a.instances.1.count=2..6 --budget 200 --out plan",
+    "check": "pddsim check configs/golden/paper_small.yaml",
+    "bench": "pddsim bench handoff --runs 200",
+    "bench handoff": "pddsim bench handoff --runs 200 --json",
+    "bench perf": "pddsim bench perf --against benchmarks/measured/iterations.csv --engine vllm",
+    "bench serve": "pddsim bench serve --against aic_silicon_fit.csv --limit 50",
+    "bathtub": "pddsim bathtub paper/pdd --hits 0:1:0.1 --plot bathtub.png",
+    "report": "pddsim run pdd --out runs/pdd && pddsim report runs/pdd -o pdd.html",
+    "perf": "pddsim perf import --from vidur mlp.csv attention.csv --model llama-3.1-70b "
+            "--gpu h100-sxm --tp 1 -o table.csv",
+    "catalog": "pddsim catalog list gpus\n  pddsim catalog show h800\n"
+               "  pddsim run pdd --catalog my_hw.yaml --set clusters.b.gpu=my-gpu",
+    "configs": "pddsim configs list\n  pddsim run paper/pdd",
+    "validate": "pddsim validate my_scenario.yaml --catalog my_hw.yaml",
+    "schema": "pddsim schema > config.schema.json",
+    "trace": "pddsim trace gen --out agent.jsonl --sessions 100",
+    "trace gen": "pddsim trace gen --out agent.jsonl --sessions 100 --seed 1",
+    "trace stats": "pddsim trace stats agent.jsonl --lru-tokens 1000000",
+}
+EXAMPLES["perf import"] = EXAMPLES["perf"]
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit status 2 like any other bad input; every
-    (sub)command takes `--debug`."""
+    (sub)command takes `--debug` and ends its help with an example."""
 
     def __init__(self, *args, **kwargs):
+        example = EXAMPLES.get(kwargs.get("prog", "pddsim").removeprefix("pddsim ").strip())
+        if example:
+            kwargs.update(epilog=f"example:\n  {example}",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
         self.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                           help="on an internal error, print the traceback")

@@ -342,3 +342,31 @@ def test_time_scale_with_closed_loop_concurrent_starts_is_rejected(input_error, 
                            "--set", "workload.session_start=concurrent",
                            "--set", "workload.concurrent_sessions=2", "--set", "workload.time_scale=2")
     input_error(code, err, "time_scale", "concurrent_sessions")
+
+
+# ---- help ------------------------------------------------------------------------------------------
+
+def _subcommands(p, path=()):
+    """Every (sub)command's words, nested ones included."""
+    import argparse
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name)
+                yield from _subcommands(sub, (*path, name))
+
+
+def test_every_commands_help_ends_with_an_example_that_parses(capsys):
+    import shlex
+    commands = [(), *_subcommands(cli.parser())]
+    assert ("catalog",) in commands and ("trace", "gen") in commands
+    for words in commands:
+        assert cli.main([*words, "--help"]) == 0
+        help_text = capsys.readouterr().out
+        assert "\nexample:\n" in help_text, words
+        lines = help_text.split("\nexample:\n", 1)[1].splitlines()
+        for line in lines:
+            for command in line.split("#")[0].split(">")[0].split("&&"):
+                argv = shlex.split(command)
+                assert argv[0] == "pddsim", line
+                cli.parser().parse_args(argv[1:])          # a usage error raises InputError
