@@ -339,6 +339,12 @@ KINDS = {"gpus": "GPU", "models": "model", "engines": "engine profile"}
 _BUNDLED: dict[str, Callable[[], dict[str, Any]]] = {"gpus": gpus, "models": models, "engines": engines}
 
 
+# what `pddsim catalog list` shows of an entry
+_BRIEF = {"gpus": "{hbm_gb:g} GB at {hbm_tbps:g} TB/s, {bf16_tflops:g} BF16 TFLOPS, ${price_per_hour:g}/h",
+          "models": "{params_b:g}B parameters ({active_params_b:g}B active), {weight_dtype}",
+          "engines": "{overhead_ms:g} ms an iteration, {scheduler} scheduler, {admission} admission"}
+
+
 class _Entry(Strict, frozen=True):
     """What a user's entry has beyond the bundled file's fields."""
 
@@ -433,6 +439,34 @@ class Catalog(Strict, frozen=True):
 
     def engine(self, name: str) -> EngineProfile:
         return self.find("engines", name)
+
+    def listing(self, kind: str | None = None) -> str:
+        """Every entry of `kind` (default: all kinds), one line each: its main figures and where
+        it comes from."""
+        if kind not in (None, *KINDS):
+            raise InputError(f"catalog list {kind}: say {', '.join(KINDS)} or nothing (all)")
+        lines = []
+        for k in [kind] if kind else KINDS:
+            lines.append(f"{k}:")
+            lines += [f"  {name:<20} {_BRIEF[k].format(**dict(entry)):<58} {self.source(k, name)}"
+                      for name, entry in sorted(self.known(k).items())]
+        return "\n".join(lines) + "\n"
+
+    def entry_yaml(self, name: str) -> str:
+        """The entries called `name`, each under a line saying where it comes from, in the
+        catalog files' format (what this prints is a valid entry of one)."""
+        texts = []
+        for kind in KINDS:
+            entry = self.known(kind).get(name)
+            if entry is not None:
+                fields = entry.model_dump(mode="json", exclude={"name", "source"})
+                if not fields.get("override", True):
+                    del fields["override"]
+                texts.append(f"# {KINDS[kind]} {name}, from {self.source(kind, name)}\n"
+                             + yaml.safe_dump({name: fields}, sort_keys=False))
+        if not texts:
+            raise InputError(f"no GPU, model or engine profile {name!r} (`pddsim catalog list`)")
+        return "".join(texts)
 
     def unknown_gpus(self, host_layer_us: HostLaunchUs | None) -> str:
         """'' if every GPU a per-GPU host figure names is known, else what is wrong."""

@@ -13,8 +13,6 @@ import sys
 import traceback
 from pathlib import Path
 
-import yaml
-
 from pddsim.config import AgentSpec, bundled
 from pddsim.errors import InputError
 from pddsim.provenance import COMMAND, provenance
@@ -488,30 +486,9 @@ def cmd_trace_stats(args) -> int:
 
 
 def cmd_catalog(args) -> int:
-    from pddsim.catalog import KINDS, Catalog, with_files
+    from pddsim.catalog import Catalog, with_files
     known = validated(Catalog, with_files({"include": args.catalog or []}, Path(".")), "--catalog")
-    if args.action == "list":
-        brief = {"gpus": "{hbm_gb:g} GB at {hbm_tbps:g} TB/s, {bf16_tflops:g} BF16 TFLOPS, "
-                         "${price_per_hour:g}/h",
-                 "models": "{params_b:g}B parameters ({active_params_b:g}B active), {weight_dtype}",
-                 "engines": "{overhead_ms:g} ms an iteration, {scheduler} scheduler, {admission} admission"}
-        if args.what not in (None, *KINDS):
-            raise InputError(f"catalog list {args.what}: say {', '.join(KINDS)} or nothing (all)")
-        for kind in [args.what] if args.what else KINDS:
-            print(f"{kind}:")
-            for name, entry in sorted(known.known(kind).items()):
-                print(f"  {name:<20} {brief[kind].format(**dict(entry)):<58} "
-                      f"{known.source(kind, name)}")
-        return 0
-    found = [(kind, known.known(kind)[args.what]) for kind in KINDS if args.what in known.known(kind)]
-    if not found:
-        raise InputError(f"no GPU, model or engine profile {args.what!r} (`pddsim catalog list`)")
-    for kind, entry in found:
-        fields = entry.model_dump(mode="json", exclude={"name", "source"})
-        if not fields.get("override", True):
-            del fields["override"]
-        print(f"# {KINDS[kind]} {args.what}, from {known.source(kind, args.what)}")
-        print(yaml.safe_dump({args.what: fields}, sort_keys=False), end="")
+    print(known.listing(args.what) if args.action == "list" else known.entry_yaml(args.what), end="")
     return 0
 
 
@@ -531,8 +508,8 @@ def _add_catalog_arg(p):
 
 def _catalog_overrides(args) -> None:
     """`--catalog FILE` is `--set catalog.include+=FILE`: wherever a command loads configs."""
-    files = getattr(args, "catalog", None) if args.func is not cmd_catalog else None
-    args.set = [f"catalog.include+={json.dumps(str(Path(f).resolve()))}" for f in files or []] + (
+    files = getattr(args, "catalog", None) or []
+    args.set = [f"catalog.include+={json.dumps(str(Path(f).resolve()))}" for f in files] + (
         getattr(args, "set", None) or [])
 
 

@@ -122,3 +122,8 @@ def test_catalog_list_and_show_say_where_each_entry_comes_from(tmp_path, capsys)
     again = write(tmp_path / "again.yaml", {"models": yaml.safe_load(shown.replace("mine:", "again:", 1))})
     assert cli.main(["catalog", "show", "again", "--catalog", again]) == 0       # `show` is a file
     assert capsys.readouterr().out.split("\n", 1)[1] == shown.split("\n", 1)[1].replace("mine:", "again:", 1)
+
+
+def test_catalog_list_or_show_of_nothing_known_is_one_line(capsys, input_error):
+    input_error(cli.main(["catalog", "list", "gpu"]), capsys.readouterr().err, "gpus, models, engines")
+    input_error(cli.main(["catalog", "show", "nope"]), capsys.readouterr().err, "'nope'")
