@@ -188,6 +188,7 @@ def test_cli_json_table_and_out(small, shared_cache, tmp_path, capsys):
     assert main(["report", str(out), "-o", str(page)]) == 0
     html = page.read_text()
     assert "points" in html and html.count("data:image/png;base64,") == 2
+    assert "What produced it" in html and doc["provenance"]["config_sha256"][:12] in html
     capsys.readouterr()
     assert main(args) == 0
     text = capsys.readouterr().out
