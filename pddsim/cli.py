@@ -33,7 +33,7 @@ EXAMPLES = {
     "sweep": "pddsim sweep pdd --grid wan.bandwidth_gbps=10,20,40 --out sweep.csv",
     "plan": "pddsim plan same_dc_pd --vary clusters.a.instances.0.count=2..4 "
             "--vary clusters.a.instances.1.count=2..6 --budget 200 --out plan",
-    "check": "pddsim check configs/golden/paper_small.yaml",
+    "check": "pddsim check golden/paper_small",
     "bench": "pddsim bench handoff --runs 200",
     "bench handoff": "pddsim bench handoff --runs 200 --json",
     "bench perf": "pddsim bench perf --against benchmarks/measured/iterations.csv --engine vllm",
@@ -344,8 +344,9 @@ def cmd_plan(args) -> int:
 
 
 def cmd_check(args) -> int:
+    from pddsim.config import locate
     from pddsim.experiments.golden import check_golden, format_rows
-    rows = check_golden(Path(args.golden), update=args.update)
+    rows = check_golden(locate(args.golden), update=args.update)     # a bundled one by name too
     print(format_rows(rows))
     moved = [r for r in rows if not r["ok"]]
     if moved and not args.update:
