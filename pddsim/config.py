@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from pddsim import catalog
+from pddsim.catalog import Catalog, EngineProfile, ModelSpec
 from pddsim.errors import InputError
 from pddsim.schema import TOO_MANY_DIGITS, Strict, read_yaml, validated
 
@@ -200,17 +201,23 @@ class Perf(_EngineOverrides):   # type: ignore[misc, valid-type]
     def _valid(self):
         if self.kind == "table" and not self.table:
             raise ValueError("perf.kind 'table' needs perf.table (a CSV path)")
-        if self.engine not in catalog.engines():
-            raise ValueError(f"unknown engine {self.engine!r}; known: "
-                             f"{', '.join(sorted(catalog.engines()))}")
         return self
 
     def overrides(self) -> dict:
         return {k: v for k, v in self.model_dump(include=set(_OVERRIDES)).items() if v is not None}
 
-    def engine_profile(self) -> catalog.EngineProfile:
-        """The named engine with this config's overrides applied."""
-        return catalog.engine(self.engine).model_copy(update=self.overrides())
+    def engine_profile(self, known: catalog.Catalog = catalog.BUNDLED) -> catalog.EngineProfile:
+        """The named engine (of the config's catalog, `known`) with this config's overrides."""
+        return known.engine(self.engine).model_copy(update=self.overrides())
+
+    def unknown_names(self, known: catalog.Catalog) -> str:
+        """'' if the engine and the GPUs of a per-GPU host figure are in `known`, else what is
+        wrong, naming the field."""
+        if self.engine not in known.known("engines"):
+            return (f"engine: unknown engine {self.engine!r}; known: "
+                    f"{', '.join(sorted(known.known('engines')))}")
+        unknown = known.unknown_gpus(self.overrides().get("host_layer_us"))
+        return f"host_layer_us: {unknown}" if unknown else ""
 
 
 class HostMemory(Strict):
@@ -605,6 +612,9 @@ class Quant(Strict):
 class Config(Strict):
     name: str
     model: str
+    catalog: Catalog = Field(
+        default_factory=Catalog, description="GPUs, models and engine profiles of your "
+        "own, beside the bundled ones (`--catalog FILE` adds a file's)")
     quant: Quant = Quant()
     clusters: dict[str, Cluster] = Field(min_length=1)
     wan: LinkConfig | None = Field(None, description="the line between the clusters")
@@ -643,6 +653,38 @@ class Config(Strict):
             self._check_fault_targets(self.faults)
         return self
 
+    @model_validator(mode="after")
+    def _known_names(self):
+        """Every GPU, model and engine named is in the bundled catalog or the config's own."""
+        known = self.catalog
+        if self.model not in known.known("models"):
+            raise ValueError(f"model: unknown model {self.model!r}; known: "
+                             f"{', '.join(sorted(known.known('models')))}")
+        perfs = {"perf": self.perf}
+        for cname, cluster in self.clusters.items():
+            if cluster.gpu not in known.known("gpus"):
+                raise ValueError(f"clusters.{cname}.gpu: unknown GPU {cluster.gpu!r}; known: "
+                                 f"{', '.join(sorted(known.known('gpus')))}")
+            if cluster.perf is not None:
+                perfs[f"clusters.{cname}.perf"] = cluster.perf
+        for where, perf in perfs.items():
+            wrong = perf.unknown_names(known)
+            if wrong:
+                raise ValueError(f"{where}.{wrong}")
+        return self
+
+    def catalog_used(self) -> list[dict]:
+        """The catalog entries this config runs on, each with where it comes from."""
+        engines = [self.perf.engine] + [c.perf.engine for c in self.clusters.values() if c.perf]
+        used = [("models", self.model), *(("gpus", c.gpu) for c in self.clusters.values()),
+                *(("engines", e) for e in engines)]
+        return [{"kind": kind, "name": name, "source": self.catalog.source(kind, name)}
+                for kind, name in dict.fromkeys(used)]
+
+    def engine_profile(self, perf: Perf | None = None) -> EngineProfile:
+        """The engine `perf` (default: the config's) names, from this config's catalog."""
+        return (perf or self.perf).engine_profile(self.catalog)
+
     def instance_names(self) -> dict[str, list[str]]:
         """Every instance's name per `cluster/role` (as the deployment names them)."""
         names: dict[str, list[str]] = {}
@@ -674,9 +716,9 @@ class Config(Strict):
             if rf.role not in roles:
                 raise ValueError(f"faults.random.{i}.role: no {rf.role} instances")
 
-    def served_model(self) -> catalog.ModelSpec:
+    def served_model(self) -> ModelSpec:
         """The catalog's model as this deployment stores it (`quant`)."""
-        return catalog.model(self.model).served(**self.quant.model_dump())
+        return self.catalog.model(self.model).served(**self.quant.model_dump())
 
     def resolve(self, path: str) -> Path:
         p = Path(path)
@@ -684,8 +726,10 @@ class Config(Strict):
 
 
 def set_dotted(raw: dict, dotted: str, value: Any) -> None:
-    """Apply one `--set a.b.0.c=value` override to the raw YAML tree."""
-    keys = dotted.split(".")
+    """Apply one `--set a.b.0.c=value` override to the raw YAML tree (`a.b+=value`: append to
+    the list there, starting one if there is none)."""
+    keys = dotted.removesuffix("+").split(".")
+    put = _appended if dotted.endswith("+") else lambda _old, new, _where: new
     node = raw
     for i, key in enumerate(keys):
         last = i == len(keys) - 1
@@ -696,16 +740,24 @@ def set_dotted(raw: dict, dotted: str, value: Any) -> None:
             except (ValueError, IndexError):
                 raise InputError(f"--set {dotted}: {'.'.join(keys[:i])} has no item {key!r}") from None
             if last:
-                node[idx] = value
+                node[idx] = put(node[idx], value, dotted)
             else:
                 node = node[idx]
         elif isinstance(node, dict):
             if last:
-                node[key] = value
+                node[key] = put(node.get(key), value, dotted)
             else:
                 node = node.setdefault(key, {})
         else:
             raise InputError(f"--set {dotted}: {'.'.join(keys[:i])} is not a mapping")
+
+
+def _appended(current: Any, value: Any, dotted: str) -> list:
+    if current is None:
+        return [value]
+    if not isinstance(current, list):
+        raise InputError(f"--set {dotted}=: {dotted.removesuffix('+')} is not a list")
+    return [*current, value]
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -740,6 +792,10 @@ def load_config(path: str | Path, overrides: Sequence[str] = (),
     for key, value in (values or {}).items():
         set_dotted(raw, key, value)
     raw.setdefault("base_dir", str(path.resolve().parent))
+    if isinstance(raw.get("catalog"), dict):
+        for _kind, _name, fields in catalog.raw_entries(raw["catalog"]):
+            fields.setdefault("source", str(path.resolve()))
+        raw["catalog"] = catalog.with_files(raw["catalog"], Path(raw["base_dir"]))
     return from_dict(raw, str(path))
 
 

@@ -29,6 +29,7 @@ class Run:
     def __init__(self, path: Path):
         self.path = path
         self.summary = json.loads((path / "summary.json").read_text())
+        self.provenance = _read_provenance(path)
         self.name = str(self.summary.get("system") or path.name)
         self.tables = {}
         for name in RUN_TABLES:
@@ -36,6 +37,34 @@ class Run:
 
     def table(self, name: str) -> pd.DataFrame:
         return self.tables.get(name) if self.tables.get(name) is not None else pd.DataFrame()
+
+
+def _read_provenance(folder: Path) -> dict | None:
+    """What produced the folder's outputs (`provenance.json`; None in one written before it)."""
+    path = folder / "provenance.json"
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: not valid JSON ({e})") from None
+
+
+def provenance_section(produced: dict[str, dict]) -> list[str]:
+    """What produced each output, at the top of the page: a table of the essentials and the
+    whole record (resolved config included) to unfold."""
+    if not produced:
+        return []
+    rows = {name: {"pddsim": p.get("pddsim"), "command": p.get("command"),
+                   "config": f"{p['config'].get('name')} (sha256 {p.get('config_sha256', '')[:12]})",
+                   "trace": "generated" if not p.get("trace") else
+                   f"{p['trace']['path']} (sha256 {p['trace']['sha256'][:12]})",
+                   "seed": p.get("seed"),
+                   "catalog": ", ".join(f"{c['name']} ({c['source']})" for c in p.get("catalog", [])),
+                   "date": p.get("run_info", {}).get("date")}
+            for name, p in produced.items()}
+    whole = "".join(f"<details><summary>{html.escape(name)}: the whole record</summary><pre>"
+                    f"{html.escape(json.dumps(p, indent=2))}</pre></details>"
+                    for name, p in produced.items())
+    return ["<h2>What produced it</h2>", _table(pd.DataFrame(rows)), whole]
 
 
 def _read_table(folder: Path, name: str) -> pd.DataFrame | None:
@@ -190,9 +219,13 @@ def _inline_png(path: Path) -> str:
     return f"<figure><img alt='{html.escape(path.stem)}' src='data:image/png;base64,{data}'></figure>"
 
 
-def render(runs: list[Run], extra: dict[str, pd.DataFrame], images: Sequence[Path] = ()) -> str:
+def render(runs: list[Run], extra: dict[str, pd.DataFrame], images: Sequence[Path] = (),
+           produced: dict | None = None) -> str:
+    """The page; `produced`: the folder's own provenance (a plan's), shown when no run has one."""
     title = ", ".join(r.name for r in runs) or ", ".join(extra)
     parts = [f"<h1>pddsim report: {html.escape(title)}</h1>"]
+    parts += provenance_section({r.name: r.provenance for r in runs if r.provenance is not None}
+                                or ({title: produced} if produced else {}))
     if runs:
         parts += ["<h2>Summary</h2>", _table(summary_frame(runs))]
         parts += run_sections(runs)
@@ -232,5 +265,5 @@ def run_sections(runs: list[Run]) -> list[str]:
 
 def write_report(folder: str | Path, out: str | Path) -> Path:
     out = Path(out)
-    out.write_text(render(*find_runs(Path(folder))), encoding="utf-8")
+    out.write_text(render(*find_runs(Path(folder)), _read_provenance(Path(folder))), encoding="utf-8")
     return out

@@ -29,9 +29,15 @@ def validated(model: type[M], raw: Any, origin: str) -> M:
     except ValidationError as e:
         errors = e.errors()
         first = next((err for err in errors if err["type"] == "extra_forbidden"), errors[0])
-        loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        loc = ".".join(str(p) for p in first["loc"])
+        msg = first["msg"]
+        if first["type"] == "value_error":  # a rule of a whole model: its message says what is wrong
+            msg = msg.removeprefix("Value error, ")
+            place = f"{loc}: " if loc else ""
+        else:
+            place = f"{loc or '(top level)'}: "
         more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise InputError(f"{origin}: {loc}: {first['msg']}{more}") from None
+        raise InputError(f"{origin}: {place}{msg}{more}") from None
 
 
 def read_yaml(path: Path, what: str) -> Any:

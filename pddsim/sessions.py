@@ -80,7 +80,7 @@ def ideal_service_s(cfg: Config, requests: pd.DataFrame) -> np.ndarray:
     small delta on the WAN beats the whole prompt on RDMA.
     """
     dep = build(simpy.Environment(), cfg, seed=cfg.seed)
-    batching = cfg.batching.under(cfg.perf.engine_profile())
+    batching = cfg.batching.under(cfg.engine_profile())
     assert batching.prefill_chunk is not None and batching.token_budget is not None
     step = min(batching.prefill_chunk, batching.token_budget)
     pools = dep.pools

@@ -22,6 +22,8 @@ from pddsim.engine.invariants import CheckedEnvironment, Invariants
 from pddsim.engine.request import Request
 from pddsim.errors import InputError, InvariantError
 from pddsim.metrics import Recorder, summarize
+from pddsim.provenance import provenance
+from pddsim.provenance import write as write_provenance
 from pddsim.sessions import session_summary, session_table
 from pddsim.stationary import steady_summary
 from pddsim.system.deployment import Deployment, build, check_fits
@@ -81,7 +83,14 @@ class Result:
     sessions: pd.DataFrame                  # per agent session: completion time and slowdown
     timeseries: pd.DataFrame                # sampled state: time_s, entity, metric, value
     window_s: float                         # the width of `windows` (the sampling period)
+    cfg: Config                             # what ran, for its provenance
+    seed: int
+    wall_s: float                           # host time the run took (not a result: run_info)
     timeline: Timeline | None = None        # kept when config.observe.timeline is on
+
+    def provenance(self) -> dict:
+        """What produced this result (`pddsim.provenance`)."""
+        return provenance(self.cfg, self.seed, self.wall_s)
 
     @cached_property
     def windows(self) -> pd.DataFrame:
@@ -91,7 +100,8 @@ class Result:
 
     def write(self, out_dir: str | Path, requests_format: str = "parquet") -> None:
         """Every table of the run into `out_dir` (Parquet; the per-request table optionally as
-        CSV or JSON lines), with the summary as JSON: what `pddsim report` reads."""
+        CSV or JSON lines), with the summary as JSON and what produced them
+        (`provenance.json`): what `pddsim report` reads."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         if requests_format == "csv":
@@ -107,6 +117,7 @@ class Result:
         self.timeseries.to_parquet(out / "timeseries.parquet", index=False)
         self.windows.to_parquet(out / "windows.parquet", index=False)
         (out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
+        write_provenance(self.provenance(), out / "provenance.json")
 
 
 def make_pipeline(env, cfg: Config, dep: Deployment, routers, on_end, seed: int, tracer=None):
@@ -267,7 +278,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
 
     # the serving front end holds each request this long (and a random extra) before the engine
     # sees it, after its turn in the serving process, which takes requests one at a time
-    front = cfg.perf.engine_profile()
+    front = cfg.engine_profile()
     frontend_s, jitter_s = front.frontend_ms / 1e3, front.frontend_jitter_ms / 1e3
     serial_s = front.frontend_serial_ms / 1e3
     jitter = np.random.default_rng([seed, 6])
@@ -322,8 +333,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     t0 = env.now - span
     summary = summarize(measured, instances, system=cfg.name, sim_duration_s=span,
                         cost_per_hour=cost_per_hour(
-                            cfg, None if elastic is None else elastic.mean_gpus(t0, env.now)),
-                        wall_s=time.perf_counter() - wall0)
+                            cfg, None if elastic is None else elastic.mean_gpus(t0, env.now)))
     summary["warmup_requests"] = workload.warmup
     # the SLO its attainment, goodput and BCR are measured against: summaries compare only with it
     summary.update(slo_ttft_s=cfg.slo.ttft_s, slo_tpot_s=cfg.slo.tpot_s, slo_target=cfg.slo.target)
@@ -339,4 +349,4 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
                                        measured["finish_s"].to_numpy(), t0, env.now))
     return Result(summary=summary, requests=df, links=links, instances=instances, sessions=sessions,
                   timeseries=series, window_s=period_s if period_s > 0 else env.now or 1.0,
-                  timeline=timeline)
+                  cfg=cfg, seed=seed, wall_s=time.perf_counter() - wall0, timeline=timeline)

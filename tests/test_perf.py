@@ -275,8 +275,9 @@ def test_host_launch_figure_per_gpu():
     assert roofline(8, gpu=a100, host_layer_us=per_gpu).iteration(1, 0, 0) == pytest.approx(80 * 300e-6)
     with pytest.raises(InputError, match="no host_layer_us for GPU 'h200'"):
         roofline(8, gpu=catalog.gpu("h200"), host_layer_us=per_gpu)
-    with pytest.raises(ValueError, match="unknown GPU 'h100'"):
-        catalog.EngineProfile(**{**IDEAL.model_dump(), "host_layer_us": {"h100": 5}})
+    with pytest.raises(ValueError, match="engines.mine.host_layer_us: unknown GPU 'h100'"):
+        catalog.Catalog(engines={"mine": {**IDEAL.model_dump(exclude={"name"}),
+                                          "host_layer_us": {"h100": 5}}})
 
 
 def test_a_zero_floor_changes_nothing_and_a_floored_run_matches_its_iterations():

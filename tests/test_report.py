@@ -84,3 +84,15 @@ def test_report_renders_in_chromium(compared, tmp_path):
     assert all(w > 100 and h > 50 for w, h in sizes), sizes
     assert shot.stat().st_size > 10_000
     print(f"screenshot: {shot}")
+
+
+def test_report_says_what_produced_each_run(compared):
+    import json
+
+    import pddsim
+    folder, page = compared
+    text = page.read_text()
+    assert "What produced it" in text and f"<td>{pddsim.__version__}</td>" in text
+    for run in sorted(folder.iterdir()):
+        made_by = json.loads((run / "provenance.json").read_text())
+        assert made_by["config_sha256"][:12] in text and made_by["trace"]["sha256"][:12] in text

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from pddsim.catalog import DTYPE_BYTES, EngineProfile, GpuSpec, ModelSpec
+from pddsim.catalog import BUNDLED, DTYPE_BYTES, Catalog, EngineProfile, GpuSpec, ModelSpec
 from pddsim.errors import InputError
 
 if TYPE_CHECKING:
@@ -141,9 +141,11 @@ class Roofline:
 
     @classmethod
     def from_config(cls, model: ModelSpec, gpu: GpuSpec, tp: int, perf: Perf,
-                    base_dir: Path = Path("."), dp: int = 1, ep: int = 1) -> Roofline:
-        """The roofline under a config's `perf`: its engine with its overrides."""
-        return cls(model, gpu, tp, perf.engine_profile(), dp, ep)
+                    base_dir: Path = Path("."), dp: int = 1, ep: int = 1,
+                    known: Catalog = BUNDLED) -> Roofline:
+        """The roofline under a config's `perf`: its engine (of the config's catalog, `known`)
+        with its overrides."""
+        return cls(model, gpu, tp, perf.engine_profile(known), dp, ep)
 
     def touched_share(self, tokens):
         """Share of the routed experts an iteration of `tokens` touches (each token picks its
@@ -259,7 +261,8 @@ class MeasuredTable:
 
     @classmethod
     def from_config(cls, model: ModelSpec, gpu: GpuSpec, tp: int, perf: Perf,
-                    base_dir: Path = Path("."), dp: int = 1, ep: int = 1) -> MeasuredTable:
+                    base_dir: Path = Path("."), dp: int = 1, ep: int = 1,
+                    known: Catalog = BUNDLED) -> MeasuredTable:
         """The config's table (a path relative to the config); the same times for every GPU."""
         assert perf.table is not None       # the config requires it for kind 'table'
         return cls(base_dir / perf.table)

@@ -196,15 +196,16 @@ def build(env, cfg: Config, seed: int, tracer=None) -> Deployment:
     model = cfg.served_model()
     dep = Deployment(model=model, daemons=Daemons(env))
     for cname, cluster in cfg.clusters.items():
-        gpu = catalog.gpu(cluster.gpu)
+        gpu = cfg.catalog.gpu(cluster.gpu)
         perf_cfg = cluster.perf or cfg.perf        # a cluster of other GPUs needs its own table
         members = []
         for gi, group in enumerate(cluster.instances):
             where = f"clusters.{cname}.instances.{gi}"
-            engine = perf_cfg.engine_profile()
+            engine = cfg.engine_profile(perf_cfg)
             capacity = kv_capacity_tokens(cfg, model, gpu, group, engine, where)
             perf = PERF_MODELS[perf_cfg.kind].from_config(model, gpu, group.tp, perf_cfg,
-                                                          Path(cfg.base_dir), group.dp, group.ep)
+                                                          Path(cfg.base_dir), group.dp, group.ep,
+                                                          cfg.catalog)
             cache_tokens, tier = cache_size(cfg, model, cluster, group, capacity, where)
             host = cluster.host_memory if tier == "host" else None
             pool = dep.pools.setdefault(group.role, Pool())
@@ -243,8 +244,8 @@ def check_fits(cfg: Config) -> int:
     model = cfg.served_model()
     largest = 0
     for cname, cluster in cfg.clusters.items():
-        gpu = catalog.gpu(cluster.gpu)
-        engine = (cluster.perf or cfg.perf).engine_profile()
+        gpu = cfg.catalog.gpu(cluster.gpu)
+        engine = cfg.engine_profile(cluster.perf)
         for gi, group in enumerate(cluster.instances):
             where = f"clusters.{cname}.instances.{gi}"
             tokens = kv_capacity_tokens(cfg, model, gpu, group, engine, where)
