@@ -253,6 +253,11 @@ class EngineProfile(Strict, frozen=True):
         0.0, ge=0, description="MoE: fixed time of each MoE layer in an iteration launched eagerly "
         "(routing, token permutation, grouped-GEMM setup and their launches), us; captured decode "
         "graphs do not pay it")
+    eager_expert_us: float = Field(
+        0.0, ge=0, description="MoE: fixed time per routed expert an eagerly launched iteration "
+        "touches, in each MoE layer, us (per-expert bookkeeping on every rank: token counts and "
+        "offsets, the grouped GEMM's problem list and its launches); captured decode graphs do "
+        "not pay it")
     graph_max_batch: int = Field(
         0, ge=0, description="decode-only iterations of at most this many requests replay a "
         "captured CUDA graph (no launch floor); 0: every iteration is launched eagerly")

@@ -9,7 +9,8 @@ as a large one: that is what makes unbatched tail chunks expensive. Every runnin
 read too, so decode slows as contexts grow. A MoE's routed experts are grouped GEMMs: each expert an
 iteration touches is read once and pays a fixed cost, so few tokens per expert run far below the
 dense peak, and under expert parallelism the busiest group of experts sets the pace (tokens pick
-experts at random). An instance may split its GPUs into attention data-parallel ranks (each holding its
+experts at random); an iteration launched eagerly also pays a fixed time per MoE layer and per
+routed expert it touches (the routing's bookkeeping and launches every rank does). An instance may split its GPUs into attention data-parallel ranks (each holding its
 requests' KV and a replica of the non-expert weights) with the experts spread over all of them.
 The table model replaces the roofline by measured iteration times interpolated from a CSV.
 """
@@ -131,6 +132,9 @@ class Roofline:
         # a captured graph instead (no floor).
         self.host_s = engine.host_layer_s(gpu.name) * model.layers
         self.eager_moe_s = engine.eager_moe_layer_us / 1e6 * model.moe_layers
+        # and each routed expert it touches pays the engine's per-expert bookkeeping, on every
+        # rank whatever its share of the experts (each rank routes over all of them)
+        self.eager_experts_s = engine.eager_expert_us / 1e6 * model.experts * model.moe_layers
         self.graph_max_batch = engine.graph_max_batch
         self.stream_s = engine.stream_us / 1e6
         # hot-path shortcuts, exact: a dense model's expert terms are 0, and so is the floor of an
@@ -169,6 +173,11 @@ class Roofline:
         return self.imbalance(tokens, mn) * (tokens * self.s_per_routed_token
                                              + self.s_per_touched * self.touched_share(tokens))
 
+    def _eager_moe(self, tokens):
+        """What an iteration's MoE layers cost when launched eagerly: a fixed time per layer and
+        one per routed expert the iteration touches."""
+        return self.eager_moe_s + self.eager_experts_s * self.touched_share(tokens)
+
     def _floor(self, requests, eager, mx):
         cpu = self.cpu_s + requests * self.cpu_per_request
         host = self.host_s * eager
@@ -199,7 +208,7 @@ class Roofline:
                   + requests * self.s_per_request)
         cpu = 0.0 if self.overlap else requests * self.cpu_per_request
         t = (mx(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s + cpu
-             + self.eager_moe_s * eager)
+             + (self._eager_moe(tokens) if self.eager_experts_s else self.eager_moe_s) * eager)
         return mx(t, self._floor(requests, eager, mx)) if self.floored else t
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
@@ -240,7 +249,7 @@ class Roofline:
         cpu = 0.0 if self.overlap else n * self.cpu_per_request
         eager = n > self.graph_max_batch
         run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s + cpu
-                        + self.eager_moe_s * eager, k)
+                        + self._eager_moe(n) * eager, k)
         if not self.floored:
             return run
         floor = self._floor(n, eager, max)
