@@ -245,6 +245,9 @@ class Elastic:
         self.held[inst][-1][1] = self.env.now
         self._update_short(self.group_of[inst])
 
+    def is_held(self, inst: Instance) -> bool:
+        return self.state[inst] != OFF
+
     # -- pools, shared with faults --------------------------------------------------------------------
     def _is_down(self, inst: Instance) -> bool:
         return self.faults is not None and self.faults.is_down(inst)
