@@ -263,3 +263,48 @@ def test_startup_time_by_hand():
     host = InstanceGroup(role="decode", count=1, tp=8, scaling={"startup": HOST})
     assert startup_s(model, host, 8) == pytest.approx(_startup_s(), rel=1e-12)
     assert math.isfinite(startup_s(model, InstanceGroup(role="decode", count=1, tp=16), 8))
+
+
+# ---- the day study ----------------------------------------------------------------------------
+
+def test_a_day_curve_mean():
+    from pddsim.experiments.elastic import curve_mean
+    assert curve_mean("") == pytest.approx(1.0)
+    assert curve_mean("0:0,12:2") == pytest.approx(1.0)          # a triangle around the day
+    assert curve_mean("0:0.5,6:0.5,6.001:1.5,18:1.5,18.001:0.5") == pytest.approx(1.0, abs=1e-3)
+
+
+def test_the_day_study_at_a_tiny_size():
+    """Static at peak holds every configured GPU all day; elastic holds at most that, and the
+    paper's MD pool, sized for long contexts at the peak, shrinks."""
+    from pddsim.config import bundled, load_config
+    from pddsim.experiments.elastic import day_study
+    cfg = load_config(bundled("paper/pdd.yaml"), ["workload.synthetic.knobs.session_rate=0.05"])
+    study = day_study([cfg], day_s=900.0)
+    static, elastic = study.summaries
+    t = study.table.set_index("mode")
+    assert list(t.index) == ["static at peak", "elastic"]
+    assert t.loc["static at peak", "GPU-h prefill"] == pytest.approx(
+        32 * static["sim_duration_s"] / 3600)
+    assert t.loc["elastic", "GPU-h decode"] <= 32 * elastic["sim_duration_s"] / 3600
+    assert t.loc["elastic", "GPU-h decode"] < t.loc["static at peak", "GPU-h decode"]
+    assert elastic["requests_total"] == static["requests_total"]
+
+
+def test_the_elastic_command_refuses_a_bad_curve_in_one_line(capsys, input_error):
+    from pddsim import cli
+    code = cli.main(["elastic", "paper/pdd", "--curve", "0:1,25:2"])
+    input_error(code, capsys.readouterr().err, "day curve", "hours in [0, 24)")
+
+
+def test_a_bad_scaling_section_is_one_line_naming_the_field(tmp_path, capsys, input_error):
+    import yaml
+
+    from pddsim import cli
+    raw = config(tmp_path, roles=PD_ROLES).model_dump(exclude={"base_dir"})
+    raw["clusters"]["a"]["instances"][0]["scaling"] = {"policy": "reactive", "max": 2,
+                                                       "interval_s": 0, "ttft_s": 1}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    input_error(cli.main(["validate", str(path)]), capsys.readouterr().err,
+                "clusters.a.instances.0.scaling.interval_s")
