@@ -221,6 +221,15 @@ def cmd_faults(args) -> int:
     return 0
 
 
+def cmd_elastic(args) -> int:
+    from pddsim.config import load_config
+    from pddsim.experiments.elastic import day_study, format_day_study
+    configs = [load_config(p, args.set or []) for p in args.configs]
+    study = day_study(configs, curve=args.curve, day_s=args.day_s, seed=args.seed)
+    print(_json(study.table.to_dict(orient="records")) if args.json else format_day_study(study))
+    return 0
+
+
 def cmd_bathtub(args) -> int:
     from dataclasses import asdict
 
@@ -613,6 +622,18 @@ def parser() -> Parser:
     flt.add_argument("--quiet", action="store_true")
     flt.set_defaults(func=cmd_faults)
 
+    from pddsim.experiments.elastic import DAY_CURVE, DAY_S
+    ela = sub.add_parser("elastic", help="systems over a simulated day, static at peak vs elastic "
+                         "pools: GPU-hours per role, cost, SLO attainment (docs/elastic.md)")
+    ela.add_argument("configs", nargs="+", help="scenarios with an agent workload (e.g. "
+                     "paper/same_dc_pd paper/cross_dc_pd paper/pdd); the first one's workload is used")
+    ela.add_argument("--curve", default=DAY_CURVE, help=f"the day curve 'hour:multiplier,...' of "
+                     f"the session rate, the config's rate the peak (default {DAY_CURVE})")
+    ela.add_argument("--day-s", type=float, default=DAY_S, help="the simulated day's length, s")
+    ela.add_argument("--set", action="append", metavar="KEY=VALUE", help="override in every config")
+    ela.add_argument("--seed", type=int)
+    ela.add_argument("--json", action="store_true", help="print the table as JSON records")
+    ela.set_defaults(func=cmd_elastic)
     cap = sub.add_parser("capacity", help="highest arrival rate meeting the SLO target")
     _add_config_args(cap)
     cap.add_argument("--seed", type=int)

@@ -345,11 +345,40 @@ class AgentSpec(Strict, frozen=True):
                        "by m at fraction f of the trace's duration, linear in between "
                        "(e.g. '0:0.5,1:2'); empty: none")
 
+    diurnal: str = Field("", description="day curve 'h:m,h:m,...': the session start rate is "
+                         "session_rate x m at hour h of the day, linear in between and around "
+                         "midnight (e.g. '0:0.2,9:1.5,14:1.5,22:0.3'); empty: flat")
+    day_s: float = Field(86400.0, gt=0, description="the length of the diurnal day, seconds "
+                         "(shorter compresses a day into a shorter run)")
+
     @field_validator("drift")
     @classmethod
     def _drift_schedule(cls, text: str) -> str:
         parse_drift(text)
         return text
+
+    @field_validator("diurnal")
+    @classmethod
+    def _day_curve(cls, text: str) -> str:
+        parse_diurnal(text)
+        return text
+
+
+def parse_diurnal(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Day curve 'h:m,...' -> (hours, multipliers), a curve of period 24 h; empty text is a
+    constant 1."""
+    if not text.strip():
+        return np.array([0.0]), np.array([1.0])
+    try:
+        points = [tuple(float(x) for x in item.split(":")) for item in text.split(",")]
+        hours, multipliers = (np.array(column) for column in zip(*points))
+    except ValueError:
+        raise ValueError(f"diurnal={text!r} is not 'hour:multiplier,...'") from None
+    if (hours.ndim != 1 or np.any(np.diff(hours) <= 0) or hours[0] < 0 or hours[-1] >= 24
+            or np.any(multipliers < 0) or not np.any(multipliers > 0)):
+        raise ValueError(f"diurnal={text!r} needs increasing hours in [0, 24) and multipliers "
+                         ">= 0, not all 0")
+    return hours, multipliers
 
 
 def parse_drift(text: str) -> tuple[np.ndarray, np.ndarray]:

@@ -9,6 +9,7 @@ import json
 import time
 from dataclasses import dataclass
 from functools import cached_property
+from math import nan
 from pathlib import Path
 from typing import Callable
 
@@ -273,8 +274,10 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     dispatch = pipeline.dispatch if faults is None else faults.dispatch
     if checks is not None and faults is not None:
         checks.is_down = faults.is_down
-    elastic = Elastic(env, cfg, pipeline.dep, pipeline, in_flight, faults) \
-        if Elastic.needed(cfg) else None
+    if Elastic.needed(cfg):
+        elastic = Elastic(env, cfg, pipeline.dep, pipeline, in_flight, faults)
+        if sampler is not None:
+            sampler.held = elastic.is_held
 
     # the serving front end holds each request this long (and a random extra) before the engine
     # sees it, after its turn in the serving process, which takes requests one at a time
@@ -315,11 +318,15 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
              for link in pipeline.dep.links}
     for name, figures in (sampler.link_utilization() if sampler is not None else {}).items():
         links[name].update(figures)
+    def held_s(inst) -> float:
+        return env.now if elastic is None else elastic.held_s(inst, 0.0, env.now)
     instances = pd.DataFrame([
-        {"instance": i.name, "role": i.role, "busy_share": i.busy_s / max(env.now, 1e-12),
+        {"instance": i.name, "role": i.role,
+         # an instance never held has no busy share (NaN: left out of its pool's mean)
+         "busy_share": i.busy_s / max(held_s(i), 1e-12) if elastic is None or held_s(i) else nan,
          "tokens_decoded": i.tokens_decoded, "preemptions": i.preemptions,
          "kv_capacity_tokens": i.capacity, "kv_peak_tokens": i.kv_peak,
-         "held_s": env.now if elastic is None else elastic.held_s(i, 0.0, env.now)}
+         "held_s": held_s(i)}
         for i in all_instances])
     instances = instances.join(sampler.instance_utilization() if sampler is not None
                                else pd.DataFrame(columns=list(INSTANCE_UTILIZATION)), on="instance")
