@@ -39,7 +39,7 @@ SPACE = {
     "frontend_ms": (0.0, 300.0), "frontend_serial_ms": (0.0, 50.0),
     "frontend_jitter_ms": (0.0, 200.0), "activation_gb": (0.0, 40.0),
     "memory_utilization": (0.6, 0.97),
-    "reserve_share": (0.0, 1.0), "eager_moe_layer_us": (0.0, 10000.0),
+    "reserve_share": (0.0, 1.0), "eager_moe_layer_us": (0.0, 10000.0), "eager_expert_us": (0.0, 100.0),
     "host_layer_us": (0.0, 3000.0),
     "token_budget": (1024, 2048, 4096, 8192, 16384, 32768, 65536),
     "overlap": (False, True), "scheduler": ("mixed", "prefill_first"),

@@ -1,15 +1,17 @@
-"""GPU and model catalogs: data files shipped with the package, validated on load."""
+"""GPU, model and engine catalogs: data files shipped with the package, validated on load, and
+the entries a config or a catalog file of the user's brings beside them (`Catalog`)."""
 from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from typing import Annotated, Literal
+from pathlib import Path
+from typing import Any, Callable, Literal
 
 import yaml
-from pydantic import AfterValidator, Field, NonNegativeFloat, model_validator
+from pydantic import Field, NonNegativeFloat, field_validator, model_validator
 
 from pddsim.errors import InputError
-from pddsim.schema import M, Strict
+from pddsim.schema import M, Strict, read_yaml, validated
 
 # bytes per value as stored: fp4 is NVFP4 (4-bit values, one FP8 scale per 16); int4 counts the
 # 4-bit values alone (group scales are small beside them)
@@ -211,14 +213,9 @@ class ModelSpec(Strict, frozen=True):
         return self.active_params_b * 1e9 - embeddings
 
 
-def _known_gpu(name: str) -> str:
-    if name not in gpus():
-        raise ValueError(f"unknown GPU {name!r}; known: {', '.join(sorted(gpus()))}")
-    return name
-
-
-# one host figure for every GPU, or one per GPU (the launch cost is its server's host CPU's)
-HostLaunchUs = NonNegativeFloat | dict[Annotated[str, AfterValidator(_known_gpu)], NonNegativeFloat]
+# one host figure for every GPU, or one per GPU (the launch cost is its server's host CPU's); the
+# GPU names are checked against the catalog they are used with (`Catalog.unknown_gpus`)
+HostLaunchUs = NonNegativeFloat | dict[str, NonNegativeFloat]
 
 
 class EngineProfile(Strict, frozen=True):
@@ -256,6 +253,11 @@ class EngineProfile(Strict, frozen=True):
         0.0, ge=0, description="MoE: fixed time of each MoE layer in an iteration launched eagerly "
         "(routing, token permutation, grouped-GEMM setup and their launches), us; captured decode "
         "graphs do not pay it")
+    eager_expert_us: float = Field(
+        0.0, ge=0, description="MoE: fixed time per routed expert an eagerly launched iteration "
+        "touches, in each MoE layer, us (per-expert bookkeeping on every rank: token counts and "
+        "offsets, the grouped GEMM's problem list and its launches); captured decode graphs do "
+        "not pay it")
     graph_max_batch: int = Field(
         0, ge=0, description="decode-only iterations of at most this many requests replay a "
         "captured CUDA graph (no launch floor); 0: every iteration is launched eagerly")
@@ -338,22 +340,185 @@ def engines() -> dict[str, EngineProfile]:
     return _load("engines.yaml", EngineProfile)
 
 
+KINDS = {"gpus": "GPU", "models": "model", "engines": "engine profile"}
+_BUNDLED: dict[str, Callable[[], dict[str, Any]]] = {"gpus": gpus, "models": models, "engines": engines}
+
+
+# what `pddsim catalog list` shows of an entry
+_BRIEF = {"gpus": "{hbm_gb:g} GB at {hbm_tbps:g} TB/s, {bf16_tflops:g} BF16 TFLOPS, ${price_per_hour:g}/h",
+          "models": "{params_b:g}B parameters ({active_params_b:g}B active), {weight_dtype}",
+          "engines": "{overhead_ms:g} ms an iteration, {scheduler} scheduler, {admission} admission"}
+
+
+class _Entry(Strict, frozen=True):
+    """What a user's entry has beyond the bundled file's fields."""
+
+    override: bool = Field(False, description="shadow the bundled entry of this name (without "
+                           "it, a name the package already has is an error)")
+    source: str = Field("", description="the file the entry came from (set by the loader)")
+
+
+class GpuEntry(GpuSpec, _Entry, frozen=True):
+    """A GPU of the user's, in gpus.yaml's format."""
+
+
+class ModelEntry(ModelSpec, _Entry, frozen=True):
+    """A model of the user's, in models.yaml's format."""
+
+
+class EngineEntry(EngineProfile, _Entry, frozen=True):
+    """An engine profile of the user's, in engines.yaml's format."""
+
+
+class Catalog(Strict, frozen=True):
+    """Entries a config (`catalog:`) or a catalog file (`--catalog FILE`) brings beside the
+    bundled ones, each section in the format of the bundled file of its kind (`pddsim/data/`):
+    a planner's own GPU, model or engine without editing the installed package. A name the
+    package has is an error unless the entry says `override: true`."""
+
+    gpus: dict[str, GpuEntry] = Field(default_factory=dict, description="as pddsim/data/gpus.yaml")
+    models: dict[str, ModelEntry] = Field(default_factory=dict, description="as pddsim/data/models.yaml")
+    engines: dict[str, EngineEntry] = Field(default_factory=dict,
+                                            description="as pddsim/data/engines.yaml")
+    include: list[str] = Field(
+        default_factory=list, description="catalog files (relative to the config; `--catalog "
+        "FILE` adds one), each a mapping of these sections: `load_config` reads them into the "
+        "sections here, each entry with its file as its source")
+
+    @field_validator("gpus", "models", "engines", mode="before")
+    @classmethod
+    def _named_by_key(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        return {key: {"name": key, **fields} if isinstance(fields, dict) else fields
+                for key, fields in raw.items()}
+
+    @model_validator(mode="after")
+    def _against_bundled(self):
+        if self.include:
+            raise ValueError(f"include: {self.include[0]!r} is not read: a config's "
+                             "catalog.include is read by load_config, not by a catalog file or "
+                             "a tree validated directly")
+        for kind, entries in self.sections().items():
+            what, bundled = KINDS[kind], _BUNDLED[kind]()
+            for key, entry in entries.items():
+                if entry.name != key:
+                    raise ValueError(f"{kind}.{key}.name: an entry is named by its key "
+                                     f"({entry.name!r} given)")
+                if key in bundled and not entry.override:
+                    raise ValueError(f"{kind}.{key}: the package has a {what} of this name; "
+                                     "set `override: true` to shadow it, or rename yours")
+                if entry.override and key not in bundled:
+                    raise ValueError(f"{kind}.{key}.override: the package has no {what} "
+                                     f"{key!r} to shadow")
+        for key, entry in self.engines.items():
+            unknown = self.unknown_gpus(entry.host_layer_us)
+            if unknown:
+                raise ValueError(f"engines.{key}.host_layer_us: {unknown}")
+        return self
+
+    def sections(self) -> dict[str, dict[str, _Entry]]:
+        return {kind: getattr(self, kind) for kind in KINDS}
+
+    def known(self, kind: str) -> dict[str, Any]:
+        """Every entry of `kind` ("gpus", "models", "engines"): the bundled ones, shadowed and
+        joined by this catalog's."""
+        return {**_BUNDLED[kind](), **self.sections()[kind]}
+
+    def source(self, kind: str, name: str) -> str:
+        """Where an entry of `kind` comes from: a file of the user's, or the package's data."""
+        entry = getattr(self, kind).get(name)
+        return (entry.source or "config") if entry is not None else f"pddsim/data/{kind}.yaml"
+
+    def find(self, kind: str, name: str) -> Any:
+        known = self.known(kind)
+        if name not in known:
+            raise InputError(f"unknown {KINDS[kind]} {name!r}; known: {', '.join(sorted(known))}")
+        return known[name]
+
+    def gpu(self, name: str) -> GpuSpec:
+        return self.find("gpus", name)
+
+    def model(self, name: str) -> ModelSpec:
+        return self.find("models", name)
+
+    def engine(self, name: str) -> EngineProfile:
+        return self.find("engines", name)
+
+    def listing(self, kind: str | None = None) -> str:
+        """Every entry of `kind` (default: all kinds), one line each: its main figures and where
+        it comes from."""
+        if kind not in (None, *KINDS):
+            raise InputError(f"catalog list {kind}: say {', '.join(KINDS)} or nothing (all)")
+        lines = []
+        for k in [kind] if kind else KINDS:
+            lines.append(f"{k}:")
+            lines += [f"  {name:<20} {_BRIEF[k].format(**dict(entry)):<58} {self.source(k, name)}"
+                      for name, entry in sorted(self.known(k).items())]
+        return "\n".join(lines) + "\n"
+
+    def entry_yaml(self, name: str) -> str:
+        """The entries called `name`, each under a line saying where it comes from, in the
+        catalog files' format (what this prints is a valid entry of one)."""
+        texts = []
+        for kind in KINDS:
+            entry = self.known(kind).get(name)
+            if entry is not None:
+                fields = entry.model_dump(mode="json", exclude={"name", "source"})
+                if not fields.get("override", True):
+                    del fields["override"]
+                texts.append(f"# {KINDS[kind]} {name}, from {self.source(kind, name)}\n"
+                             + yaml.safe_dump({name: fields}, sort_keys=False))
+        if not texts:
+            raise InputError(f"no GPU, model or engine profile {name!r} (`pddsim catalog list`)")
+        return "".join(texts)
+
+    def unknown_gpus(self, host_layer_us: HostLaunchUs | None) -> str:
+        """'' if every GPU a per-GPU host figure names is known, else what is wrong."""
+        if not isinstance(host_layer_us, dict):
+            return ""
+        unknown = sorted(set(host_layer_us) - set(self.known("gpus")))
+        return (f"unknown GPU {unknown[0]!r}; known: {', '.join(sorted(self.known('gpus')))}"
+                if unknown else "")
+
+
+BUNDLED = Catalog()
+
+
+def raw_entries(raw: dict) -> list[tuple[str, str, dict]]:
+    """(kind, name, fields) of each entry of a raw catalog tree, as far as it is well-formed (the
+    rest is left to validation)."""
+    return [(kind, name, fields) for kind in KINDS if isinstance(raw.get(kind), dict)
+            for name, fields in raw[kind].items() if isinstance(fields, dict)]
+
+
+def with_files(raw: dict, base_dir: Path) -> dict:
+    """A raw `catalog:` tree with the files it includes read into its sections: each file
+    validated on its own (errors name it), each entry marked with its file; a name defined twice
+    is an error naming both places."""
+    merged = {k: v for k, v in raw.items() if k != "include"}
+    for given in raw.get("include") or ():
+        path = base_dir / str(given)
+        tree = read_yaml(path, "catalog")
+        if not isinstance(tree, dict):
+            raise InputError(f"{path}: a catalog is a YAML mapping of {', '.join(KINDS)}")
+        validated(Catalog, tree, str(path))
+        for kind, name, fields in raw_entries(tree):
+            section = merged.setdefault(kind, {})
+            if name in section:
+                raise InputError(f"{path}: {kind}.{name}: also defined in "
+                                 f"{section[name].get('source', 'the config')}")
+            section[name] = {**fields, "source": str(path.resolve())}
+    return merged
+
+
 def engine(name: str) -> EngineProfile:
-    try:
-        return engines()[name]
-    except KeyError:
-        raise InputError(f"unknown engine profile {name!r}; known: {', '.join(sorted(engines()))}") from None
+    return BUNDLED.engine(name)
 
 
 def gpu(name: str) -> GpuSpec:
-    try:
-        return gpus()[name]
-    except KeyError:
-        raise InputError(f"unknown GPU {name!r}; known: {', '.join(sorted(gpus()))}") from None
+    return BUNDLED.gpu(name)
 
 
 def model(name: str) -> ModelSpec:
-    try:
-        return models()[name]
-    except KeyError:
-        raise InputError(f"unknown model {name!r}; known: {', '.join(sorted(models()))}") from None
+    return BUNDLED.model(name)

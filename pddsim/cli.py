@@ -8,22 +8,61 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import traceback
 from pathlib import Path
 
 from pddsim.config import AgentSpec, bundled
 from pddsim.errors import InputError
+from pddsim.provenance import COMMAND, provenance
 from pddsim.schema import validated
 
 DEFAULT_CONFIG = bundled("same_dc_pd.yaml")
 
 
+# what each command's --help ends with: a command line that works as it stands
+EXAMPLES = {
+    "pddsim": "pddsim run paper/pdd --json\n  pddsim compare same_dc_pd pdd --no-capacity",
+    "run": "pddsim run paper/pdd --seed 1 --json > run.json\n"
+           "  pddsim run pdd --trace my_trace.jsonl --out runs/pdd",
+    "compare": "pddsim compare same_dc_pd cross_dc_pd pdd --no-capacity\n  pddsim compare   "
+               "# the paper scenario, capacities searched (minutes)",
+    "faults": "pddsim faults faults/same_dc_pd faults/pdd --plot faults.png",
+    "capacity": "pddsim capacity pdd --json",
+    "sweep": "pddsim sweep pdd --grid wan.bandwidth_gbps=10,20,40 --out sweep.csv",
+    "plan": "pddsim plan same_dc_pd --vary clusters.a.instances.0.count=2..4 "
+            "--vary clusters.a.instances.1.count=2..6 --budget 200 --out plan",
+    "check": "pddsim check golden/paper_small",
+    "bench": "pddsim bench handoff --runs 200",
+    "bench handoff": "pddsim bench handoff --runs 200 --json",
+    "bench perf": "pddsim bench perf --against benchmarks/measured/iterations.csv --engine vllm",
+    "bench serve": "pddsim bench serve --against aic_silicon_fit.csv --limit 50",
+    "bathtub": "pddsim bathtub paper/pdd --hits 0:1:0.1 --plot bathtub.png",
+    "report": "pddsim run pdd --out runs/pdd && pddsim report runs/pdd -o pdd.html",
+    "perf": "pddsim perf import --from vidur mlp.csv attention.csv --model llama-3.1-70b "
+            "--gpu h100-sxm --tp 1 -o table.csv",
+    "catalog": "pddsim catalog list gpus\n  pddsim catalog show h800\n"
+               "  pddsim run pdd --catalog my_hw.yaml --set clusters.b.gpu=my-gpu",
+    "configs": "pddsim configs list\n  pddsim run paper/pdd",
+    "validate": "pddsim validate my_scenario.yaml --catalog my_hw.yaml",
+    "schema": "pddsim schema > config.schema.json",
+    "trace": "pddsim trace gen --out agent.jsonl --sessions 100",
+    "trace gen": "pddsim trace gen --out agent.jsonl --sessions 100 --seed 1",
+    "trace stats": "pddsim trace stats agent.jsonl --lru-tokens 1000000",
+}
+EXAMPLES["perf import"] = EXAMPLES["perf"]
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit status 2 like any other bad input; every
-    (sub)command takes `--debug`."""
+    (sub)command takes `--debug` and ends its help with an example."""
 
     def __init__(self, *args, **kwargs):
+        example = EXAMPLES.get(kwargs.get("prog", "pddsim").removeprefix("pddsim ").strip())
+        if example:
+            kwargs.update(epilog=f"example:\n  {example}",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
         self.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                           help="on an internal error, print the traceback")
@@ -69,9 +108,11 @@ def _config(args):
 
 def cmd_run(args) -> int:
     from pddsim.metrics import by_bucket, headline, stage_table
-    from pddsim.sim import load_workload, simulate
+    from pddsim.sim import load_workload, prepare_out_dir, simulate
     cfg = _config(args)
     workload = load_workload(cfg)
+    if args.out:
+        prepare_out_dir(args.out)
     with _progress(len(workload), args.quiet) as bar:
         result = simulate(cfg, workload, args.seed, on_progress=bar.update,
                           check_invariants=args.check_invariants)
@@ -83,7 +124,7 @@ def cmd_run(args) -> int:
         if short := result.timeline.shortfall(result.summary["sim_duration_s"]):
             print(f"pddsim: timeline {args.timeline}: {short}", file=sys.stderr)
     if args.json:
-        print(_json(result.summary))
+        print(_json({**result.summary, "provenance": result.provenance()}))
     else:
         shown = headline(result.summary)
         width = max(map(len, shown))
@@ -143,7 +184,7 @@ def cmd_compare(args) -> int:
         summaries = compare(configs, workload, seed=args.seed, capacity=capacity,
                             on_progress=bar.update, out_dir=args.out)
     if args.json:
-        print(_json(summaries))
+        print(_json([{**s, "provenance": provenance(cfg, args.seed)} for s, cfg in zip(summaries, configs)]))
         return 0
     if best_split:
         print(f"each system's best split within ${chosen[0][1].budget:g}/h "
@@ -172,6 +213,7 @@ def cmd_faults(args) -> int:
         plot_fault_study(study, args.plot)
     if args.json:
         print(_json({"summaries": study.summaries,
+                     "provenance": [provenance(cfg, args.seed) for cfg in configs],
                      "per_minute": study.per_minute.to_dict(orient="records"),
                      "faults": [{"start_s": s, "end_s": e, "what": w} for s, e, w in study.faults]}))
         return 0
@@ -179,7 +221,18 @@ def cmd_faults(args) -> int:
     return 0
 
 
+def cmd_elastic(args) -> int:
+    from pddsim.config import load_config
+    from pddsim.experiments.elastic import day_study, format_day_study
+    configs = [load_config(p, args.set or []) for p in args.configs]
+    study = day_study(configs, curve=args.curve, day_s=args.day_s, seed=args.seed)
+    print(_json(study.table.to_dict(orient="records")) if args.json else format_day_study(study))
+    return 0
+
+
 def cmd_bathtub(args) -> int:
+    from dataclasses import asdict
+
     from pddsim.experiments.bathtub import POLICIES, Stream, bathtub, parse_hits, plot
     cfg = _config(args)
     hits = parse_hits(args.hits)
@@ -194,7 +247,7 @@ def cmd_bathtub(args) -> int:
         plot(points, args.plot, f"{cfg.name}: {stream.context_tokens} tokens, "
              f"{stream.rate_rps:g} req/s")
     if args.json:
-        print(_json({"points": points}))
+        print(_json({"points": points, "provenance": provenance(cfg, args.seed, stream=asdict(stream))}))
         return 0
     import pandas as pd
     table = pd.DataFrame(points).pivot(index="hit_rate", columns="policy",
@@ -211,7 +264,8 @@ def _compare_loads(args, configs, workload) -> int:
         result = compare_across_loads(configs, workload, loads, seed=args.seed, on_progress=bar.update)
     if args.plot:
         plot_loads(result, args.plot)
-    print(_json(result.to_json()) if args.json else format_loads(result))
+    print(_json({**result.to_json(), "provenance": [provenance(cfg, args.seed) for cfg in configs]})
+          if args.json else format_loads(result))
     return 0
 
 
@@ -236,7 +290,7 @@ def cmd_capacity(args) -> int:
         cap = find_capacity(cfg, load_workload(cfg), seed=args.seed, on_progress=bar.update)
     summary = cap.summary()
     if args.json:
-        print(_json(summary))
+        print(_json({**summary, "provenance": cap.result.provenance()}))
         return 0
     where = f"{cap.knob} {cap.load:.4g}, SLO target {cfg.slo.target:.0%}"
     if cap.status == "never stationary":
@@ -265,6 +319,7 @@ def _cache(args):
 
 def cmd_sweep(args) -> int:
     from pddsim.experiments.sweep import format_sweep, grid_points, sweep, table_writer
+    from pddsim.provenance import write as write_provenance
     write = table_writer(args.out) if args.out else None
     points = grid_points(args.grid)
     cache = _cache(args)
@@ -274,6 +329,8 @@ def cmd_sweep(args) -> int:
                       seed=args.seed, on_progress=bar.update, backend=backend, cache=cache)
     if write:
         write(table)
+        write_provenance(provenance(_config(args), args.seed, grid=args.grid, capacity=args.capacity),
+                         Path(f"{args.out}.provenance.json"))
     if args.json:
         print(_json(table.to_dict(orient="records")))
     else:
@@ -283,6 +340,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_plan(args) -> int:
     from pddsim.experiments.plan import format_plan, plan, prepare_out, write_outputs
+    from pddsim.provenance import write as write_provenance
     if args.out:
         prepare_out(args.out)
     cache = _cache(args)
@@ -296,15 +354,19 @@ def cmd_plan(args) -> int:
         result = plan(args.config or DEFAULT_CONFIG, args.vary, args.set or [], budget=args.budget,
                       load=args.load, objective=args.objective, seeds=args.seeds, seed=args.seed,
                       backend=backend, cache=cache, on_progress=bar.update, on_total=total)
+    prov = provenance(_config(args), args.seed, vary=args.vary, budget=args.budget, load=args.load,
+                      objective=args.objective, seeds=args.seeds)
     if args.out:
         write_outputs(result, args.out)
-    print(_json(result.to_json()) if args.json else format_plan(result))
+        write_provenance(prov, Path(args.out) / "provenance.json")
+    print(_json({**result.to_json(), "provenance": prov}) if args.json else format_plan(result))
     return 0
 
 
 def cmd_check(args) -> int:
+    from pddsim.config import locate
     from pddsim.experiments.golden import check_golden, format_rows
-    rows = check_golden(Path(args.golden), update=args.update)
+    rows = check_golden(locate(args.golden), update=args.update)     # a bundled one by name too
     print(format_rows(rows))
     moved = [r for r in rows if not r["ok"]]
     if moved and not args.update:
@@ -444,6 +506,13 @@ def cmd_trace_stats(args) -> int:
     return 0
 
 
+def cmd_catalog(args) -> int:
+    from pddsim.catalog import Catalog, with_files
+    known = validated(Catalog, with_files({"include": args.catalog or []}, Path(".")), "--catalog")
+    print(known.listing(args.what) if args.action == "list" else known.entry_yaml(args.what), end="")
+    return 0
+
+
 def cmd_configs(args) -> int:
     from pddsim.config import bundled_scenarios
     for name, cfg in bundled_scenarios().items():
@@ -452,7 +521,21 @@ def cmd_configs(args) -> int:
     return 0
 
 
+def _add_catalog_arg(p):
+    p.add_argument("--catalog", action="append", metavar="FILE",
+                   help="GPUs, models and engine profiles of your own (sections gpus, models, "
+                   "engines, each as in pddsim/data/); repeatable")
+
+
+def _catalog_overrides(args) -> None:
+    """`--catalog FILE` is `--set catalog.include+=FILE`: wherever a command loads configs."""
+    files = getattr(args, "catalog", None) or []
+    args.set = [f"catalog.include+={json.dumps(str(Path(f).resolve()))}" for f in files] + (
+        getattr(args, "set", None) or [])
+
+
 def _add_config_args(p, *, trace=True):
+    _add_catalog_arg(p)
     p.add_argument("config", nargs="?", help="scenario YAML, or a bundled scenario by name "
                    f"(`pddsim configs list`; default: {DEFAULT_CONFIG.stem})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -501,6 +584,7 @@ def parser() -> Parser:
                           "(default: the PDD paper scenario, with the paper's figures)")
     cmp_.add_argument("configs", nargs="*", help="scenario YAMLs; the first one's workload is used")
     cmp_.add_argument("--set", action="append", metavar="KEY=VALUE", help="override in every config")
+    _add_catalog_arg(cmp_)
     cmp_.add_argument("--trace", metavar="PATH", help="replay this trace in every system")
     cmp_.add_argument("--seed", type=int)
     cmp_.add_argument("--capacity", action="store_true",
@@ -538,6 +622,7 @@ def parser() -> Parser:
     flt.add_argument("configs", nargs="+", help="scenario YAMLs with a faults section (e.g. "
                      "configs/faults/*.yaml); the first one's workload is used")
     flt.add_argument("--set", action="append", metavar="KEY=VALUE", help="override in every config")
+    _add_catalog_arg(flt)
     flt.add_argument("--seed", type=int)
     flt.add_argument("--plot", metavar="FILE.png", help="TTFT P90 and SLO attainment per minute, "
                      "faults shaded")
@@ -546,6 +631,18 @@ def parser() -> Parser:
     flt.add_argument("--quiet", action="store_true")
     flt.set_defaults(func=cmd_faults)
 
+    from pddsim.experiments.elastic import DAY_CURVE, DAY_S
+    ela = sub.add_parser("elastic", help="systems over a simulated day, static at peak vs elastic "
+                         "pools: GPU-hours per role, cost, SLO attainment (docs/elastic.md)")
+    ela.add_argument("configs", nargs="+", help="scenarios with an agent workload (e.g. "
+                     "paper/same_dc_pd paper/cross_dc_pd paper/pdd); the first one's workload is used")
+    ela.add_argument("--curve", default=DAY_CURVE, help=f"the day curve 'hour:multiplier,...' of "
+                     f"the session rate, the config's rate the peak (default {DAY_CURVE})")
+    ela.add_argument("--day-s", type=float, default=DAY_S, help="the simulated day's length, s")
+    ela.add_argument("--set", action="append", metavar="KEY=VALUE", help="override in every config")
+    ela.add_argument("--seed", type=int)
+    ela.add_argument("--json", action="store_true", help="print the table as JSON records")
+    ela.set_defaults(func=cmd_elastic)
     cap = sub.add_parser("capacity", help="highest arrival rate meeting the SLO target")
     _add_config_args(cap)
     cap.add_argument("--seed", type=int)
@@ -690,6 +787,14 @@ def parser() -> Parser:
     imp.add_argument("--licence", help="provenance: the source's licence")
     imp.set_defaults(func=cmd_perf_import)
 
+    ctl = sub.add_parser("catalog", help="the GPUs, models and engine profiles known, with "
+                         "where each comes from")
+    ctl.add_argument("action", choices=("list", "show"))
+    ctl.add_argument("what", nargs="?", help="list: gpus, models or engines (default: all); "
+                     "show: an entry's name")
+    _add_catalog_arg(ctl)
+    ctl.set_defaults(func=cmd_catalog)
+
     cfs = sub.add_parser("configs", help="the bundled scenarios")
     cfs.add_argument("action", choices=("list",), help="list: each scenario's name (what a "
                      "command takes in place of a path), system and model")
@@ -730,7 +835,11 @@ def parser() -> Parser:
 def main(argv: list[str] | None = None) -> int:
     args = None
     try:
+        COMMAND.set(shlex.join(["pddsim", *(sys.argv[1:] if argv is None else argv)]))
         args = parser().parse_args(argv)
+        if getattr(args, "seed", None) is not None and args.seed < 0:
+            raise InputError(f"--seed: must be at least 0, got {args.seed}")
+        _catalog_overrides(args)
         return args.func(args)
     except InputError as e:
         print(f"pddsim: {e}", file=sys.stderr)

@@ -23,10 +23,18 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from pddsim import catalog
+from pddsim.catalog import Catalog, EngineProfile, ModelSpec
 from pddsim.errors import InputError
-from pddsim.schema import Strict, read_yaml, validated
+from pddsim.schema import TOO_MANY_DIGITS, Strict, read_yaml, validated
 
 ROLES = ("prefill", "decode", "colocated", "relay")
+# what one run may build and generate, so that validating a config bounds what running it allocates
+# (ten million instances passed validation, then died of MemoryError at 3.6 GB): far past the
+# largest fleet and workload the benchmarks run (1,024 instances, a million requests)
+MAX_INSTANCES = 100_000                  # per instance group
+MAX_REQUESTS = 10_000_000                # per synthetic workload
+MIN_SAMPLE_S = 1e-3                      # sampling period: an engine iteration takes milliseconds
+MAX_SAMPLES = 1_000_000                  # time-series samples per series over the trace's span
 
 
 class BackgroundLoad(Strict):
@@ -131,7 +139,7 @@ class Scaling(Strict):
 
 class InstanceGroup(Strict):
     role: Literal["prefill", "decode", "colocated", "relay"]
-    count: int = Field(ge=1, description="instances at the start")
+    count: int = Field(ge=1, le=MAX_INSTANCES, description="instances at the start")
     tp: int = Field(1, ge=1, description="tensor-parallel GPUs of each attention rank")
     dp: int = Field(1, ge=1, description="attention data-parallel ranks per instance, each with "
                     "its own requests' KV and a replica of the non-expert weights; an instance "
@@ -193,17 +201,23 @@ class Perf(_EngineOverrides):   # type: ignore[misc, valid-type]
     def _valid(self):
         if self.kind == "table" and not self.table:
             raise ValueError("perf.kind 'table' needs perf.table (a CSV path)")
-        if self.engine not in catalog.engines():
-            raise ValueError(f"unknown engine {self.engine!r}; known: "
-                             f"{', '.join(sorted(catalog.engines()))}")
         return self
 
     def overrides(self) -> dict:
         return {k: v for k, v in self.model_dump(include=set(_OVERRIDES)).items() if v is not None}
 
-    def engine_profile(self) -> catalog.EngineProfile:
-        """The named engine with this config's overrides applied."""
-        return catalog.engine(self.engine).model_copy(update=self.overrides())
+    def engine_profile(self, known: catalog.Catalog = catalog.BUNDLED) -> catalog.EngineProfile:
+        """The named engine (of the config's catalog, `known`) with this config's overrides."""
+        return known.engine(self.engine).model_copy(update=self.overrides())
+
+    def unknown_names(self, known: catalog.Catalog) -> str:
+        """'' if the engine and the GPUs of a per-GPU host figure are in `known`, else what is
+        wrong, naming the field."""
+        if self.engine not in known.known("engines"):
+            return (f"engine: unknown engine {self.engine!r}; known: "
+                    f"{', '.join(sorted(known.known('engines')))}")
+        unknown = known.unknown_gpus(self.overrides().get("host_layer_us"))
+        return f"host_layer_us: {unknown}" if unknown else ""
 
 
 class HostMemory(Strict):
@@ -270,7 +284,7 @@ class PoissonSpec(Strict):
     """Knobs of the Poisson workload: independent requests, lognormal lengths. Every input starts
     with the same `shared_prefix_tokens` (a system prompt); the rest of each input is unique."""
 
-    n_requests: int = Field(ge=1)
+    n_requests: int = Field(ge=1, le=MAX_REQUESTS)
     rate_rps: float = Field(gt=0, description="mean arrivals per second")
     input_mean: float = Field(gt=0, description="mean input tokens")
     output_mean: float = Field(gt=0, description="mean output tokens")
@@ -297,7 +311,7 @@ class AgentSpec(Strict, frozen=True):
     raise `context_mean` (or `turns_mean`), bound it with `max_context` and set `output_mean`.
     """
 
-    sessions: int = Field(400, ge=1, description="number of sessions (tasks)")
+    sessions: int = Field(400, ge=1, le=MAX_REQUESTS, description="number of sessions (tasks)")
     session_rate: float = Field(0.1, gt=0, description="sessions started per second (Poisson)")
     turns_mean: float = Field(30.0, ge=1, description="mean LLM calls per session (geometric, >= 1)")
     system_tokens: int = Field(
@@ -331,11 +345,40 @@ class AgentSpec(Strict, frozen=True):
                        "by m at fraction f of the trace's duration, linear in between "
                        "(e.g. '0:0.5,1:2'); empty: none")
 
+    diurnal: str = Field("", description="day curve 'h:m,h:m,...': the session start rate is "
+                         "session_rate x m at hour h of the day, linear in between and around "
+                         "midnight (e.g. '0:0.2,9:1.5,14:1.5,22:0.3'); empty: flat")
+    day_s: float = Field(86400.0, gt=0, description="the length of the diurnal day, seconds "
+                         "(shorter compresses a day into a shorter run)")
+
     @field_validator("drift")
     @classmethod
     def _drift_schedule(cls, text: str) -> str:
         parse_drift(text)
         return text
+
+    @field_validator("diurnal")
+    @classmethod
+    def _day_curve(cls, text: str) -> str:
+        parse_diurnal(text)
+        return text
+
+
+def parse_diurnal(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Day curve 'h:m,...' -> (hours, multipliers), a curve of period 24 h; empty text is a
+    constant 1."""
+    if not text.strip():
+        return np.array([0.0]), np.array([1.0])
+    try:
+        points = [tuple(float(x) for x in item.split(":")) for item in text.split(",")]
+        hours, multipliers = (np.array(column) for column in zip(*points))
+    except ValueError:
+        raise ValueError(f"diurnal={text!r} is not 'hour:multiplier,...'") from None
+    if (hours.ndim != 1 or np.any(np.diff(hours) <= 0) or hours[0] < 0 or hours[-1] >= 24
+            or np.any(multipliers < 0) or not np.any(multipliers > 0)):
+        raise ValueError(f"diurnal={text!r} needs increasing hours in [0, 24) and multipliers "
+                         ">= 0, not all 0")
+    return hours, multipliers
 
 
 def parse_drift(text: str) -> tuple[np.ndarray, np.ndarray]:
@@ -365,7 +408,8 @@ class BenchmarkSpec(Strict, frozen=True):
     concurrency: int = Field(ge=1, description="clients, each with one request in flight")
     isl: int = Field(ge=1, description="input tokens of every request")
     osl: int = Field(ge=1, description="output tokens of every request")
-    requests: int | None = Field(None, ge=1, description="measured requests (null: 10 x concurrency)")
+    requests: int | None = Field(None, ge=1, le=MAX_REQUESTS,
+                                 description="measured requests (null: 10 x concurrency)")
     warmup: int | None = Field(None, ge=0, description="warm-up requests before them (null: 2 x "
                                "concurrency, as aiperf's benchmark scripts send)")
     isl_jitter: float = Field(0.0, ge=0, le=1, description="relative standard deviation of the "
@@ -508,10 +552,17 @@ class Pricing(Strict):
 class Observe(Strict):
     sample_s: float | None = Field(
         None, ge=0, description="time-series sampling period; null: 1/200 of the trace's span "
-        "(at least 1 s); 0: off")
+        f"as replayed (at least 1 s); 0: off; else at least {MIN_SAMPLE_S:g} s")
     timeline: bool = Field(False, description="keep a Perfetto/Chrome timeline of the run")
     timeline_limit: int = Field(200_000, ge=1, description="timeline events kept at most; the "
                                 "rest are counted in the file's metadata")
+
+    @field_validator("sample_s")
+    @classmethod
+    def _off_or_coarse_enough(cls, v: float | None) -> float | None:
+        if v is not None and 0 < v < MIN_SAMPLE_S:
+            raise ValueError(f"a sampling period is 0 (off) or at least {MIN_SAMPLE_S:g} s, got {v:g}")
+        return v
 
 
 class LinkFault(Strict):
@@ -590,6 +641,9 @@ class Quant(Strict):
 class Config(Strict):
     name: str
     model: str
+    catalog: Catalog = Field(
+        default_factory=Catalog, description="GPUs, models and engine profiles of your "
+        "own, beside the bundled ones (`--catalog FILE` adds a file's)")
     quant: Quant = Quant()
     clusters: dict[str, Cluster] = Field(min_length=1)
     wan: LinkConfig | None = Field(None, description="the line between the clusters")
@@ -597,14 +651,15 @@ class Config(Strict):
     prefix_cache: PrefixCacheConfig = PrefixCacheConfig()
     slo: Slo
     perf: Perf = Perf()
-    gpu_prices: dict[str, float] = Field(default_factory=dict, description="USD/GPU-hour overrides")
+    gpu_prices: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict, description="USD/GPU-hour overrides")
     policies: Policies = Policies()
     pdd: Pdd = Pdd()
     workload: WorkloadConfig
     observe: Observe = Observe()
     pricing: Pricing = Pricing()
     faults: Faults | None = Field(None, description="faults during the run (null: none)")
-    seed: int = 0
+    seed: int = Field(0, ge=0, description="seeds every random stream of the run")
     base_dir: str = Field(".", description="where relative paths resolve (set by the loader)")
 
     @model_validator(mode="after")
@@ -626,6 +681,38 @@ class Config(Strict):
         if self.faults is not None:
             self._check_fault_targets(self.faults)
         return self
+
+    @model_validator(mode="after")
+    def _known_names(self):
+        """Every GPU, model and engine named is in the bundled catalog or the config's own."""
+        known = self.catalog
+        if self.model not in known.known("models"):
+            raise ValueError(f"model: unknown model {self.model!r}; known: "
+                             f"{', '.join(sorted(known.known('models')))}")
+        perfs = {"perf": self.perf}
+        for cname, cluster in self.clusters.items():
+            if cluster.gpu not in known.known("gpus"):
+                raise ValueError(f"clusters.{cname}.gpu: unknown GPU {cluster.gpu!r}; known: "
+                                 f"{', '.join(sorted(known.known('gpus')))}")
+            if cluster.perf is not None:
+                perfs[f"clusters.{cname}.perf"] = cluster.perf
+        for where, perf in perfs.items():
+            wrong = perf.unknown_names(known)
+            if wrong:
+                raise ValueError(f"{where}.{wrong}")
+        return self
+
+    def catalog_used(self) -> list[dict]:
+        """The catalog entries this config runs on, each with where it comes from."""
+        engines = [self.perf.engine] + [c.perf.engine for c in self.clusters.values() if c.perf]
+        used = [("models", self.model), *(("gpus", c.gpu) for c in self.clusters.values()),
+                *(("engines", e) for e in engines)]
+        return [{"kind": kind, "name": name, "source": self.catalog.source(kind, name)}
+                for kind, name in dict.fromkeys(used)]
+
+    def engine_profile(self, perf: Perf | None = None) -> EngineProfile:
+        """The engine `perf` (default: the config's) names, from this config's catalog."""
+        return (perf or self.perf).engine_profile(self.catalog)
 
     def instance_names(self) -> dict[str, list[str]]:
         """Every instance's name per `cluster/role` (as the deployment names them)."""
@@ -658,9 +745,9 @@ class Config(Strict):
             if rf.role not in roles:
                 raise ValueError(f"faults.random.{i}.role: no {rf.role} instances")
 
-    def served_model(self) -> catalog.ModelSpec:
+    def served_model(self) -> ModelSpec:
         """The catalog's model as this deployment stores it (`quant`)."""
-        return catalog.model(self.model).served(**self.quant.model_dump())
+        return self.catalog.model(self.model).served(**self.quant.model_dump())
 
     def resolve(self, path: str) -> Path:
         p = Path(path)
@@ -668,8 +755,10 @@ class Config(Strict):
 
 
 def set_dotted(raw: dict, dotted: str, value: Any) -> None:
-    """Apply one `--set a.b.0.c=value` override to the raw YAML tree."""
-    keys = dotted.split(".")
+    """Apply one `--set a.b.0.c=value` override to the raw YAML tree (`a.b+=value`: append to
+    the list there, starting one if there is none)."""
+    keys = dotted.removesuffix("+").split(".")
+    put = _appended if dotted.endswith("+") else lambda _old, new, _where: new
     node = raw
     for i, key in enumerate(keys):
         last = i == len(keys) - 1
@@ -680,16 +769,24 @@ def set_dotted(raw: dict, dotted: str, value: Any) -> None:
             except (ValueError, IndexError):
                 raise InputError(f"--set {dotted}: {'.'.join(keys[:i])} has no item {key!r}") from None
             if last:
-                node[idx] = value
+                node[idx] = put(node[idx], value, dotted)
             else:
                 node = node[idx]
         elif isinstance(node, dict):
             if last:
-                node[key] = value
+                node[key] = put(node.get(key), value, dotted)
             else:
                 node = node.setdefault(key, {})
         else:
             raise InputError(f"--set {dotted}: {'.'.join(keys[:i])} is not a mapping")
+
+
+def _appended(current: Any, value: Any, dotted: str) -> list:
+    if current is None:
+        return [value]
+    if not isinstance(current, list):
+        raise InputError(f"--set {dotted}=: {dotted.removesuffix('+')} is not a list")
+    return [*current, value]
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -700,6 +797,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         return key.strip(), yaml.safe_load(value)
     except yaml.YAMLError as e:
         raise InputError(f"--set {text}: value is not valid YAML ({str(e).splitlines()[0]})") from None
+    except ValueError:                       # the loader's int() of a number past the digit limit
+        raise InputError(f"--set {key.strip()}: {TOO_MANY_DIGITS}") from None
 
 
 def from_dict(raw: dict, origin: str) -> Config:
@@ -722,6 +821,10 @@ def load_config(path: str | Path, overrides: Sequence[str] = (),
     for key, value in (values or {}).items():
         set_dotted(raw, key, value)
     raw.setdefault("base_dir", str(path.resolve().parent))
+    if isinstance(raw.get("catalog"), dict):
+        for _kind, _name, fields in catalog.raw_entries(raw["catalog"]):
+            fields.setdefault("source", str(path.resolve()))
+        raw["catalog"] = catalog.with_files(raw["catalog"], Path(raw["base_dir"]))
     return from_dict(raw, str(path))
 
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from pddsim import catalog
 from pddsim.config import Config
 
 
 def gpu_price(cfg: Config, gpu: str) -> float:
-    return cfg.gpu_prices.get(gpu, catalog.gpu(gpu).price_per_hour)
+    return cfg.gpu_prices.get(gpu, cfg.catalog.gpu(gpu).price_per_hour)
 
 
 def gpu_count(cfg: Config) -> dict[str, int]:

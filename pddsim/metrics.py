@@ -159,7 +159,7 @@ def turns_out_of_order(df: pd.DataFrame) -> float:
 
 
 def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_duration_s: float,
-              cost_per_hour: float, wall_s: float) -> dict:
+              cost_per_hour: float) -> dict:
     """The run's headline figures, all SI units. Latency statistics are over completed requests;
     a statistic with no sample (no handoff in a PD run, say) is None. Computed on the columns'
     arrays: a capacity search summarises every run it makes."""
@@ -213,7 +213,6 @@ def summarize(df: pd.DataFrame, instances: pd.DataFrame, *, system: str, sim_dur
         "prefix_hit_rate": float(col["hit_tokens"].sum() / max(col["input_tokens"].sum(), 1)),
         "wan_bytes": float(col["wan_bytes"].sum()),
         "rdma_bytes": float(col["rdma_bytes"].sum()),
-        "wall_s": wall_s,
         "rld_token_share": float(col["relay_tokens"].sum() / max(col["tokens_out"].sum(), 1)),
         "pipeline_p_md": _share(route_is(Route.P_MD.value)),
         "pipeline_p_rld_md": _share(route_is(Route.P_RLD_MD.value)),

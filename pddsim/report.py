@@ -20,8 +20,8 @@ import pandas as pd
 from pddsim.errors import InputError
 from pddsim.experiments.compare import comparison_frame
 from pddsim.metrics import by_bucket, stage_table
+from pddsim.sim import RUN_TABLES
 
-RUN_TABLES = {"requests", "instances", "links", "timeseries", "windows", "sessions"}
 TABLE_FILES = (".parquet", ".csv")
 
 
@@ -50,10 +50,12 @@ def _read_json(path: Path) -> dict:
     return doc
 
 
-def sidecar_provenance(folder: Path) -> dict | None:
-    """What produced the outputs in `folder`, when it recorded that beside them."""
-    path = folder / "provenance.json"
-    return _read_json(path) if path.is_file() else None
+def sidecar_provenance(path: Path) -> dict | None:
+    """What produced the outputs at `path`, when it recorded that beside them: a folder's
+    `provenance.json`, a table's `TABLE.provenance.json` (a sweep's)."""
+    sidecar = path / "provenance.json" if path.is_dir() else path.with_name(
+        path.name + ".provenance.json")
+    return _read_json(sidecar) if sidecar.is_file() else None
 
 
 def _read_table(folder: Path, name: str) -> pd.DataFrame | None:
@@ -386,19 +388,29 @@ def _table(df: pd.DataFrame, **kw) -> str:
     return f"<div class='wide'>{shown.to_html(classes='t', border=0, **kw)}</div>"
 
 
-def _provenance(recorded: list[tuple[str, dict]]) -> str:
-    if not recorded:
-        return ("<p class='note'>No provenance was recorded with these outputs (version, config, "
-                "trace, seed, command): they came from a pddsim that did not write it.</p>")
-    parts = []
-    for name, prov in recorded:
-        rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>"
-                       + (f"<pre>{html.escape(json.dumps(v, indent=1, default=str))}</pre>"
-                          if isinstance(v, (dict, list)) else html.escape(str(v))) + "</td></tr>"
-                       for k, v in prov.items())
-        parts.append(f"<details open><summary>{html.escape(name)}</summary>"
-                     f"<table class='t prov'>{rows}</table></details>")
-    return "".join(parts)
+def provenance_section(produced: dict[str, dict]) -> list[str]:
+    """What produced each output, at the top of the page: a table of the essentials and the
+    whole record (resolved config included) to unfold."""
+    if not produced:
+        return ["<h2>What produced it</h2>", "<p class='note'>No provenance was recorded with these "
+                "outputs (version, config, trace, seed, command): a pddsim that did not write it "
+                "made them.</p>"]
+
+    def essentials(p: dict) -> dict:
+        config, trace = p.get("config") or {}, p.get("trace")
+        return {"pddsim": p.get("pddsim"), "command": p.get("command"),
+                "config": f"{config.get('name')} (sha256 {str(p.get('config_sha256', ''))[:12]})",
+                "trace": f"{trace.get('path')} (sha256 {str(trace.get('sha256', ''))[:12]})"
+                if isinstance(trace, dict) else "generated",
+                "seed": p.get("seed"),
+                "catalog": ", ".join(f"{c.get('name')} ({c.get('source')})"
+                                     for c in p.get("catalog") or []),
+                "date": (p.get("run_info") or {}).get("date")}
+    rows = {name: essentials(p) for name, p in produced.items()}
+    whole = "".join(f"<details><summary>{html.escape(name)}: the whole record</summary><pre>"
+                    f"{html.escape(json.dumps(p, indent=2, default=str))}</pre></details>"
+                    for name, p in produced.items())
+    return ["<h2>What produced it</h2>", _table(pd.DataFrame(rows)), whole]
 
 
 def pool_frame(run: Run) -> pd.DataFrame:
@@ -431,7 +443,7 @@ class Page:
         style = ("body{font-family:sans-serif;max-width:1150px;margin:2em auto;color:#222}"
                  "table.t{border-collapse:collapse;font-size:13px}"
                  "table.t td,table.t th{padding:2px 8px;border-bottom:1px solid #ddd;"
-                 "text-align:right;vertical-align:top}table.prov th,table.prov td{text-align:left}"
+                 "text-align:right;vertical-align:top}"
                  "pre{margin:0;font-size:12px}.fig{margin:1em 0}.note{color:#666}"
                  ".wide{overflow-x:auto}")
         draw = ("const specs = " + specs + ";\nspecs.forEach((s, i) => Plotly.newPlot('fig' + i, "
@@ -477,9 +489,8 @@ def run_sections(page: Page, runs: list[Run]) -> None:
 def render(runs: list[Run], extra: dict[str, pd.DataFrame], provenance: dict | None = None) -> str:
     """The page; `provenance`: what produced the folder, shown where its runs recorded none."""
     page = Page()
-    recorded = [(r.name, r.provenance) for r in runs if r.provenance]
-    page.add("<h2>Provenance</h2>", _provenance(recorded or ([("outputs", provenance)]
-                                                             if provenance else [])))
+    recorded = {r.name: r.provenance for r in runs if r.provenance}
+    page.add(*provenance_section(recorded or ({"outputs": provenance} if provenance else {})))
     if runs:
         run_sections(page, runs)
     for name, table in extra.items():
@@ -497,8 +508,7 @@ def render(runs: list[Run], extra: dict[str, pd.DataFrame], provenance: dict | N
 
 def write_report(path: str | Path, out: str | Path) -> Path:
     out, path = Path(out), Path(path)
-    folder = path if path.is_dir() else path.parent
-    out.write_text(render(*find_runs(path), sidecar_provenance(folder)), encoding="utf-8")
+    out.write_text(render(*find_runs(path), sidecar_provenance(path)), encoding="utf-8")
     return out
 
 

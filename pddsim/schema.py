@@ -2,6 +2,7 @@
 errors are one InputError line naming the file and the field."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,9 +29,15 @@ def validated(model: type[M], raw: Any, origin: str) -> M:
     except ValidationError as e:
         errors = e.errors()
         first = next((err for err in errors if err["type"] == "extra_forbidden"), errors[0])
-        loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        loc = ".".join(str(p) for p in first["loc"])
+        msg = first["msg"]
+        if first["type"] == "value_error":  # a rule of a whole model: its message says what is wrong
+            msg = msg.removeprefix("Value error, ")
+            place = f"{loc}: " if loc else ""
+        else:
+            place = f"{loc or '(top level)'}: "
         more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise InputError(f"{origin}: {loc}: {first['msg']}{more}") from None
+        raise InputError(f"{origin}: {place}{msg}{more}") from None
 
 
 def read_yaml(path: Path, what: str) -> Any:
@@ -45,6 +52,11 @@ def read_yaml(path: Path, what: str) -> Any:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         raise InputError(f"{path}{line}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except ValueError:                       # the loader's int() of a number past the digit limit
+        raise InputError(f"{path}: {TOO_MANY_DIGITS}") from None
+
+
+TOO_MANY_DIGITS = f"an integer of more than {sys.get_int_max_str_digits()} digits"
 
 
 def load_model(model: type[M], path: Path, what: str) -> M:

@@ -14,6 +14,7 @@ import pandas as pd
 import simpy
 
 from pddsim.config import Config
+from pddsim.engine.perf import chunk_attention_pairs
 from pddsim.errors import InputError
 from pddsim.intmath import ceil_div
 from pddsim.system.deployment import Deployment, build
@@ -78,8 +79,8 @@ def ideal_service_s(cfg: Config, requests: pd.DataFrame) -> np.ndarray:
     decoder (P-MD) counts too, as it is faster for a prompt the decoder's cache nearly holds: a
     small delta on the WAN beats the whole prompt on RDMA.
     """
-    dep = build(simpy.Environment(), cfg, hooks=None, seed=cfg.seed)
-    batching = cfg.batching.under(cfg.perf.engine_profile())
+    dep = build(simpy.Environment(), cfg, seed=cfg.seed)
+    batching = cfg.batching.under(cfg.engine_profile())
     assert batching.prefill_chunk is not None and batching.token_budget is not None
     step = min(batching.prefill_chunk, batching.token_budget)
     pools = dep.pools
@@ -122,7 +123,7 @@ def _prefill_s(perf, context: np.ndarray, todo: np.ndarray, step: int) -> np.nda
     done = (np.arange(len(owner)) - (np.cumsum(chunks) - chunks)[owner]) * step
     tokens = np.minimum(step, todo[owner] - done)
     ctx = context[owner] + done
-    times = perf.iterations(tokens, tokens * (ctx + tokens / 2), ctx)
+    times = perf.iterations(tokens, chunk_attention_pairs(ctx, tokens), ctx)
     return np.bincount(owner, weights=times, minlength=len(todo))
 
 

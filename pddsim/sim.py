@@ -9,6 +9,7 @@ import json
 import time
 from dataclasses import dataclass
 from functools import cached_property
+from math import nan
 from pathlib import Path
 from typing import Callable
 
@@ -16,15 +17,17 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from pddsim.config import AgentSynthetic, Config
+from pddsim.config import MAX_SAMPLES, AgentSynthetic, Config
 from pddsim.cost import cost_per_hour, revenue_summary
 from pddsim.engine.invariants import CheckedEnvironment, Invariants
 from pddsim.engine.request import Request
 from pddsim.errors import InputError, InvariantError
 from pddsim.metrics import Recorder, summarize
+from pddsim.provenance import provenance
+from pddsim.provenance import write as write_provenance
 from pddsim.sessions import session_summary, session_table
 from pddsim.stationary import steady_summary
-from pddsim.system.deployment import build, check_fits
+from pddsim.system.deployment import Deployment, build, check_fits
 from pddsim.system.faults import STALLED, FaultInjector
 from pddsim.system.pdd import PDD
 from pddsim.system.pipelines import Colocated, Disaggregated
@@ -39,10 +42,37 @@ from pddsim.timeseries import (
     window_table,
 )
 from pddsim.workload.horizon import poisson_starts, resample
-from pddsim.workload.model import Workload
+from pddsim.workload.model import CLOCK_LIMIT_S, Workload
 from pddsim.workload.readers import read_workload
 from pddsim.workload.replay import Replay
 from pddsim.workload.synthetic import agent_workload, generate
+
+RUN_TABLES = ("requests", "sessions", "instances", "links", "timeseries", "windows")
+# every file `Result.write` may leave, in any of its formats
+RUN_FILES = tuple(f"{t}.{fmt}" for t in RUN_TABLES for fmt in ("parquet", "csv", "jsonl")) + (
+    "summary.json",)
+
+
+def prepare_out_dir(out_dir: str | Path, *, runs_below: bool = False) -> Path:
+    """`out_dir` made ready for a run's files before anything is simulated: created, or the files
+    an earlier run left there removed (and, with `runs_below`, those of the runs in its subfolders,
+    as a comparison writes them), so that no stale table lies beside new ones and `pddsim report`
+    never mixes two runs. Other files are left alone; a file in the folder's place is refused."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a folder (--out names a folder)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        below = [p for p in sorted(out.iterdir()) if (p / "summary.json").is_file()] if runs_below else []
+        for folder in (out, *below):
+            for name in RUN_FILES:
+                (folder / name).unlink(missing_ok=True)
+        for folder in below:
+            if not any(folder.iterdir()):
+                folder.rmdir()
+    except OSError as e:
+        raise InputError(f"{out}: cannot prepare the folder ({e.strerror})") from None
+    return out
 
 
 @dataclass
@@ -54,7 +84,14 @@ class Result:
     sessions: pd.DataFrame                  # per agent session: completion time and slowdown
     timeseries: pd.DataFrame                # sampled state: time_s, entity, metric, value
     window_s: float                         # the width of `windows` (the sampling period)
+    cfg: Config                             # what ran, for its provenance
+    seed: int
+    wall_s: float                           # host time the run took (not a result: run_info)
     timeline: Timeline | None = None        # kept when config.observe.timeline is on
+
+    def provenance(self) -> dict:
+        """What produced this result (`pddsim.provenance`)."""
+        return provenance(self.cfg, self.seed, self.wall_s)
 
     @cached_property
     def windows(self) -> pd.DataFrame:
@@ -64,7 +101,8 @@ class Result:
 
     def write(self, out_dir: str | Path, requests_format: str = "parquet") -> None:
         """Every table of the run into `out_dir` (Parquet; the per-request table optionally as
-        CSV or JSON lines), with the summary as JSON: what `pddsim report` reads."""
+        CSV or JSON lines), with the summary as JSON and what produced them
+        (`provenance.json`): what `pddsim report` reads."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         if requests_format == "csv":
@@ -80,23 +118,29 @@ class Result:
         self.timeseries.to_parquet(out / "timeseries.parquet", index=False)
         self.windows.to_parquet(out / "windows.parquet", index=False)
         (out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
+        write_provenance(self.provenance(), out / "provenance.json")
 
 
-def make_pipeline(env, cfg: Config, routers, on_end, seed: int):
+def make_pipeline(env, cfg: Config, dep: Deployment, routers, on_end, seed: int, tracer=None):
     """The pipeline the deployment's roles call for."""
-    roles = {g.role for c in cfg.clusters.values() for g in c.instances}
-    if "colocated" in roles:
-        return Colocated(env, routers, on_end)
-    if "relay" in roles:
-        return PDD(env, routers, on_end, cfg.pdd, np.random.default_rng([seed, 4]))
-    return Disaggregated(env, routers, on_end)
+    if "colocated" in dep.pools:
+        return Colocated(env, dep, routers, on_end, tracer)
+    if "relay" in dep.pools:
+        return PDD(env, dep, routers, on_end, cfg.pdd, np.random.default_rng([seed, 4]), tracer)
+    return Disaggregated(env, dep, routers, on_end, tracer)
 
 
 def load_workload(cfg: Config, source: Workload | None = None) -> Workload:
     """The workload a config names: a trace file or a seeded synthetic generator; with
     `workload.horizon_s`, sessions started over the horizon at `session_rate_rps` (an Agent
     generator's own, any other workload's resampled: `source`, when given, is that workload as
-    read, so that a search over rates reads it once)."""
+    read, so that a search over rates reads it once). Refused if a run could not serve it."""
+    workload = _read_or_generate(cfg, source)
+    check_servable(cfg, workload)
+    return workload
+
+
+def _read_or_generate(cfg: Config, source: Workload | None) -> Workload:
     w = cfg.workload
     if w.horizon_s is not None:
         assert w.session_rate_rps is not None        # the config requires it
@@ -104,25 +148,52 @@ def load_workload(cfg: Config, source: Workload | None = None) -> Workload:
             starts = poisson_starts(w.session_rate_rps, w.horizon_s,
                                     np.random.default_rng([cfg.seed, 7]))
             return agent_workload(w.synthetic.knobs, cfg.seed, starts)
-        base = source if source is not None else load_workload(
-            cfg.model_copy(update={"workload": w.model_copy(update={"horizon_s": None})}))
+        base = source if source is not None else _read_or_generate(
+            cfg.model_copy(update={"workload": w.model_copy(update={"horizon_s": None})}), None)
         return resample(base, w.session_rate_rps, w.horizon_s, cfg.seed)
     if w.synthetic is not None:
         return generate(w.synthetic, seed=cfg.seed)
     assert w.trace is not None          # the config requires exactly one source
-    path = cfg.resolve(w.trace)
-    workload = read_workload(path, w.format, limit=w.limit, shared_prefix=w.shared_prefix,
-                             max_tokens=w.max_tokens)
-    # a request no instance can ever hold would only be decoded token by token until it fails
-    # (1e12 output tokens: hours of simulation); refuse the trace instead
+    return read_workload(cfg.resolve(w.trace), w.format, limit=w.limit,
+                         shared_prefix=w.shared_prefix, max_tokens=w.max_tokens)
+
+
+def check_servable(cfg: Config, workload: Workload) -> None:
+    """Refuse a workload whose run could not end or could not be measured: a request no instance
+    can ever hold would only be decoded token by token until it fails (1e12 output tokens: hours
+    of simulation), one replayed past the clock's resolution would have its latencies rounded
+    away (a request at 1e17 s showed TTFT 0)."""
+    where = "workload.synthetic" if cfg.workload.synthetic is not None else workload.source
+    fix = ("lower its lengths" if cfg.workload.synthetic is not None
+           else "clip it with workload.max_tokens")
     largest = check_fits(cfg)
+    scale = cfg.workload.time_scale
     for i, r in enumerate(workload.requests):
         if r.input_tokens + r.output_tokens > largest:
             raise InputError(
-                f"{path}: request {i} (arriving at {r.arrival_s:g} s) needs {r.input_tokens} + "
+                f"{where}: request {i} (arriving at {r.arrival_s:g} s) needs {r.input_tokens} + "
                 f"{r.output_tokens} tokens, more than any instance's KV memory holds ({largest}); "
-                f"clip it with workload.max_tokens")
-    return workload
+                f"{fix}")
+        if r.arrival_s / scale + r.think_s > CLOCK_LIMIT_S:
+            raise InputError(
+                f"{where}: request {i} is replayed at {r.arrival_s / scale:g} s (time_scale "
+                f"{scale:g}) after {r.think_s:g} s of thinking, past {CLOCK_LIMIT_S:g} s, the latest "
+                f"time the simulated clock resolves to a microsecond")
+
+
+def sample_period_s(cfg: Config, workload: Workload) -> float:
+    """The time series' sampling period: the configured one or about 200 samples over the trace's
+    span as replayed (a time scale stretches or squeezes it); refused when it would take more than
+    MAX_SAMPLES samples per series over that span."""
+    span_s = max((r.arrival_s for r in workload.requests), default=0.0) / cfg.workload.time_scale
+    period_s = cfg.observe.sample_s
+    if period_s is None:
+        return default_period_s(span_s)
+    if period_s > 0 and span_s / period_s > MAX_SAMPLES:
+        raise InputError(f"observe.sample_s: {period_s:g} s takes {span_s / period_s:.3g} samples "
+                         f"per series over the trace's {span_s:g} s, more than {MAX_SAMPLES:,}; "
+                         f"at least {span_s / MAX_SAMPLES:.3g} s")
+    return period_s
 
 
 def run_through_faults(env, daemons, pipeline, replay: Replay,
@@ -190,19 +261,12 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         if stop_when is not None and not stopped.triggered and stop_when(req):
             stopped.succeed()
 
-    pipeline = make_pipeline(env, cfg, routers, on_end, seed)
-    pipeline.dep = build(env, cfg, pipeline, seed)
+    pipeline = make_pipeline(env, cfg, build(env, cfg, seed, timeline), routers, on_end, seed, timeline)
     reqs = workload.requests
     all_instances = [i for members in pipeline.dep.members.values() for i in members]
     if isinstance(env, CheckedEnvironment):
         checks = Invariants(env, all_instances, pipeline.dep.links)
-    if timeline is not None:
-        pipeline.tracer = timeline
-        for inst in all_instances:
-            inst.tracer = timeline
-    period_s = cfg.observe.sample_s
-    if period_s is None:
-        period_s = default_period_s(max((r.arrival_s for r in reqs), default=0.0))
+    period_s = sample_period_s(cfg, workload)
     sampler = Sampler(env, all_instances, pipeline.dep.links, period_s, pipeline.dep.daemons,
                       timeline) if period_s > 0 else None
     faults = None if cfg.faults is None else FaultInjector(
@@ -210,12 +274,14 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     dispatch = pipeline.dispatch if faults is None else faults.dispatch
     if checks is not None and faults is not None:
         checks.is_down = faults.is_down
-    elastic = Elastic(env, cfg, pipeline.dep, pipeline, in_flight, faults) \
-        if Elastic.needed(cfg) else None
+    if Elastic.needed(cfg):
+        elastic = Elastic(env, cfg, pipeline.dep, pipeline, in_flight, faults)
+        if sampler is not None:
+            sampler.held = elastic.is_held
 
     # the serving front end holds each request this long (and a random extra) before the engine
     # sees it, after its turn in the serving process, which takes requests one at a time
-    front = cfg.perf.engine_profile()
+    front = cfg.engine_profile()
     frontend_s, jitter_s = front.frontend_ms / 1e3, front.frontend_jitter_ms / 1e3
     serial_s = front.frontend_serial_ms / 1e3
     jitter = np.random.default_rng([seed, 6])
@@ -252,11 +318,15 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
              for link in pipeline.dep.links}
     for name, figures in (sampler.link_utilization() if sampler is not None else {}).items():
         links[name].update(figures)
+    def held_s(inst) -> float:
+        return env.now if elastic is None else elastic.held_s(inst, 0.0, env.now)
     instances = pd.DataFrame([
-        {"instance": i.name, "role": i.role, "busy_share": i.busy_s / max(env.now, 1e-12),
+        {"instance": i.name, "role": i.role,
+         # an instance never held has no busy share (NaN: left out of its pool's mean)
+         "busy_share": i.busy_s / max(held_s(i), 1e-12) if elastic is None or held_s(i) else nan,
          "tokens_decoded": i.tokens_decoded, "preemptions": i.preemptions,
          "kv_capacity_tokens": i.capacity, "kv_peak_tokens": i.kv_peak,
-         "held_s": env.now if elastic is None else elastic.held_s(i, 0.0, env.now)}
+         "held_s": held_s(i)}
         for i in all_instances])
     instances = instances.join(sampler.instance_utilization() if sampler is not None
                                else pd.DataFrame(columns=list(INSTANCE_UTILIZATION)), on="instance")
@@ -270,8 +340,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     t0 = env.now - span
     summary = summarize(measured, instances, system=cfg.name, sim_duration_s=span,
                         cost_per_hour=cost_per_hour(
-                            cfg, None if elastic is None else elastic.mean_gpus(t0, env.now)),
-                        wall_s=time.perf_counter() - wall0)
+                            cfg, None if elastic is None else elastic.mean_gpus(t0, env.now)))
     summary["warmup_requests"] = workload.warmup
     # the SLO its attainment, goodput and BCR are measured against: summaries compare only with it
     summary.update(slo_ttft_s=cfg.slo.ttft_s, slo_tpot_s=cfg.slo.tpot_s, slo_target=cfg.slo.target)
@@ -287,4 +356,4 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
                                        measured["finish_s"].to_numpy(), t0, env.now))
     return Result(summary=summary, requests=df, links=links, instances=instances, sessions=sessions,
                   timeseries=series, window_s=period_s if period_s > 0 else env.now or 1.0,
-                  timeline=timeline)
+                  cfg=cfg, seed=seed, wall_s=time.perf_counter() - wall0, timeline=timeline)

@@ -9,6 +9,8 @@ and how much of what the background load leaves of a link our transfers use.
 from __future__ import annotations
 
 from array import array
+from math import nan
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -33,6 +35,7 @@ class Sampler:
         self.daemons = daemons
         self.timeline = timeline
         self.instances = instances
+        self.held: Callable[[Any], bool] | None = None   # elastic pools: is it held now
         self.links = links
         self.period_s = period_s
         self.time_s = array("d")
@@ -56,8 +59,14 @@ class Sampler:
     def sample(self) -> None:
         t = self.env.now
         self.time_s.append(t)
-        self.values.extend([x for inst in self.instances for x in (
-            len(inst.waiting), inst.kv_in_use / inst.capacity, inst.blocked_on_memory)])
+        held = self.held
+        if held is None:
+            self.values.extend([x for inst in self.instances for x in (
+                len(inst.waiting), inst.kv_in_use / inst.capacity, inst.blocked_on_memory)])
+        else:                               # an instance not held has no figures (NaN)
+            self.values.extend([x for inst in self.instances for x in (
+                (len(inst.waiting), inst.kv_in_use / inst.capacity, inst.blocked_on_memory)
+                if held(inst) else (nan, nan, nan))])
         for j, link in enumerate(self.links):
             throughput = (link.bytes_carried - self._carried[j]) / self.period_s
             self._carried[j] = link.bytes_carried
@@ -92,6 +101,9 @@ class Sampler:
         rows = {}
         for inst in self.instances:
             queue, kv, blocked = (self._series(inst.name, m) for m in INSTANCE_METRICS)
+            if self.held is not None:       # the samples while it was held
+                was_held = ~np.isnan(kv)
+                queue, kv, blocked = queue[was_held], kv[was_held], blocked[was_held]
             if len(kv):
                 rows[inst.name] = {"kv_occupancy_mean": kv.mean(),
                                    "kv_occupancy_p99": np.quantile(kv, 0.99),

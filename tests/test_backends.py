@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from test_plan import D, P, small_config
 
-from pddsim.experiments.backends import RETRIES, Failed, Processes
+from pddsim.experiments.backends import Failed, Processes
 from pddsim.experiments.plan import plan
 from pddsim.experiments.sweep import sweep
 
@@ -51,7 +51,7 @@ def test_retried_then_failed_for_good(tmp_path, jobs):
 def test_a_crashed_worker_is_replaced(tmp_path):
     with Processes(2) as backend:
         assert backend.map(crash, [0, 1, 2, 3], str(tmp_path)) == [0, 1, 2, 3]
-    assert RETRIES >= 1
+    assert (tmp_path / "crashed").exists()      # item 1 did kill its worker, and was run again
 
 
 @pytest.fixture(scope="module")

@@ -35,3 +35,10 @@ def test_configs_list_shows_the_scenarios_not_the_golden_or_plan_files(capsys, t
     assert not [n for n in names if n.startswith(("golden", "plans"))]
     for name in names:                                   # each name is what `run` takes
         assert cli.main(["validate", name]) == 0
+
+
+def test_a_bundled_golden_file_by_name(tmp_path, monkeypatch):
+    from pddsim.config import locate
+    monkeypatch.chdir(tmp_path)
+    assert locate("golden/paper_small") == locate("configs/golden/paper_small.yaml") == bundled(
+        "golden/paper_small.yaml")

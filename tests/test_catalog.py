@@ -245,3 +245,8 @@ def test_unknown_names_raise_input_error():
         catalog.gpu("nope")
     with pytest.raises(InputError):
         catalog.model("nope")
+
+
+def test_bundled_engines_name_only_known_gpus_in_their_host_figures():
+    for spec in catalog.engines().values():
+        assert catalog.BUNDLED.unknown_gpus(spec.host_layer_us) == "", spec.name

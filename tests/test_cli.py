@@ -22,7 +22,7 @@ SUMMARY_KEYS = (
     "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s", "tpot_p99_s",
     "itl_max_p99_s", "e2e_p50_s", "e2e_p99_s", "slo_attainment", "goodput_rps", "throughput_rps",
     "output_tokens_per_s", "cost_per_hour", "bcr", "prefix_hit_rate", "wan_bytes", "rdma_bytes",
-    "wall_s",
+    "provenance",
 )
 STATS_KEYS = ("requests", "duration_s", "arrival_rate_rps", "hit_rate_mean",
               "hit_rate_token_weighted", "bucket_shares")
@@ -45,8 +45,9 @@ def run_json(capsys, *argv) -> dict:
     return json.loads(out)          # fails unless stdout is exactly one JSON document
 
 
-def without_wall(summary: dict) -> dict:
-    return {k: v for k, v in summary.items() if k != "wall_s"}
+def summary_of(printed: dict) -> dict:
+    """What `run --json` printed, less what produced it."""
+    return {k: v for k, v in printed.items() if k != "provenance"}
 
 
 def run_subprocess(*argv) -> subprocess.CompletedProcess:
@@ -98,7 +99,7 @@ def test_run_out_writes_parquet_and_summary(capsys, tmp_path):
     assert len(requests) == printed["requests_total"]
     assert sorted(requests["request"]) == list(range(printed["requests_total"]))
     written = json.loads((out / "summary.json").read_text())
-    assert without_wall(written) == without_wall(printed)
+    assert written == summary_of(printed)
 
 
 def test_run_text_output_by_bucket_table(capsys):
@@ -123,8 +124,8 @@ def test_same_seed_same_summary_other_seed_differs(capsys):
     first = run_json(capsys, CROSS_DC, *SMALL, "--seed", 1)
     again = run_json(capsys, CROSS_DC, *SMALL, "--seed", 1)
     other = run_json(capsys, CROSS_DC, *SMALL, "--seed", 2)
-    assert without_wall(first) == without_wall(again)
-    assert without_wall(first) != without_wall(other)
+    assert summary_of(first) == summary_of(again)
+    assert summary_of(first) != summary_of(other)
 
 
 # ---- --set overrides -----------------------------------------------------------------------------------
@@ -341,3 +342,31 @@ def test_time_scale_with_closed_loop_concurrent_starts_is_rejected(input_error, 
                            "--set", "workload.session_start=concurrent",
                            "--set", "workload.concurrent_sessions=2", "--set", "workload.time_scale=2")
     input_error(code, err, "time_scale", "concurrent_sessions")
+
+
+# ---- help ------------------------------------------------------------------------------------------
+
+def _subcommands(p, path=()):
+    """Every (sub)command's words, nested ones included."""
+    import argparse
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name)
+                yield from _subcommands(sub, (*path, name))
+
+
+def test_every_commands_help_ends_with_an_example_that_parses(capsys):
+    import shlex
+    commands = [(), *_subcommands(cli.parser())]
+    assert ("catalog",) in commands and ("trace", "gen") in commands
+    for words in commands:
+        assert cli.main([*words, "--help"]) == 0
+        help_text = capsys.readouterr().out
+        assert "\nexample:\n" in help_text, words
+        lines = help_text.split("\nexample:\n", 1)[1].splitlines()
+        for line in lines:
+            for command in line.split("#")[0].split(">")[0].split("&&"):
+                argv = shlex.split(command)
+                assert argv[0] == "pddsim", line
+                cli.parser().parse_args(argv[1:])          # a usage error raises InputError

@@ -8,6 +8,7 @@ import simpy
 from pddsim import catalog
 from pddsim.config import DEFAULT_ENGINE
 from pddsim.engine.instance import Instance
+from pddsim.engine.job import Job
 from pddsim.engine.perf import LinearRun
 from pddsim.engine.request import Request
 from pddsim.sim import simulate
@@ -144,12 +145,11 @@ class _QuarterSecond:
         return LinearRun((0.25, 0.0), (0.0, 0.0), 0.0, k)
 
 
-class _Finishes:
-    def __init__(self, env):
-        self.env, self.at = env, {}
-
-    def finished(self, req, inst):
-        self.at[req.idx] = (self.env.now, req.tokens_out)
+def _job(req, at, env):
+    """A job that notes when its request finished, with how many tokens."""
+    def finished(job):
+        at[job.req.idx] = (env.now, job.req.tokens_out)
+    return Job(req, on_finished=finished, on_failed=None)
 
 
 @pytest.mark.parametrize("arrival", [1.0, 1.1])
@@ -158,14 +158,49 @@ def test_work_arriving_on_a_boundary_joins_there(make_config, arrival):
     # boundary (the run ends now, from an urgent event: never inside the arrival's caller) or
     # between two (it ends at the next, 1.25): B's 3 tokens follow from there.
     env = simpy.Environment()
-    hooks = _Finishes(env)
+    at: dict = {}
     inst = Instance(env, "d", "decode", "a", perf=_QuarterSecond(), kv_capacity_tokens=10**6,
-                    batching=make_config().batching.under(catalog.engine(DEFAULT_ENGINE)), cache=None,
-                    hooks=hooks)
+                    batching=make_config().batching.under(catalog.engine(DEFAULT_ENGINE)), cache=None)
     a = Request(0, TraceRequest(arrival_s=0.0, input_tokens=100, output_tokens=10), 0.0)
-    inst.submit(a, prefill=0, decode=10, context=100)
+    inst.submit(_job(a, at, env), prefill=0, decode=10, context=100)
     b = Request(1, TraceRequest(arrival_s=arrival, input_tokens=50, output_tokens=3), arrival)
-    env.timeout(arrival).callbacks.append(lambda _e: inst.submit(b, prefill=0, decode=3, context=50))
+    env.timeout(arrival).callbacks.append(
+        lambda _e: inst.submit(_job(b, at, env), prefill=0, decode=3, context=50))
     env.run()
     joins = 1.0 if arrival == 1.0 else 1.25
-    assert hooks.at == {0: (2.5, 10), 1: (joins + 0.75, 3)}
+    assert at == {0: (2.5, 10), 1: (joins + 0.75, 3)}
+
+
+class _Recording(_QuarterSecond):
+    """Notes the attention pairs each iteration is priced for."""
+
+    def __init__(self):
+        self.pairs: list[float] = []
+
+    def iteration(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0, requests=None):
+        self.pairs.append(attn_pairs)
+        return 0.25
+
+    def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0, requests=None):
+        self.pairs.extend(attn_pairs.tolist())
+        return np.full(len(tokens), 0.25)
+
+
+def test_a_chunk_is_priced_by_one_attention_formula_in_the_engine_and_in_estimates(make_config):
+    """A lone 1,000-token prompt over 200 cached tokens in chunks of 256: the engine and the
+    sessions' unloaded estimate price the same chunks for the same pairs, the one function's."""
+    from pddsim.engine.perf import chunk_attention_pairs
+    from pddsim.sessions import _prefill_s
+    env = simpy.Environment()
+    engine = _Recording()
+    batching = make_config(batching={"prefill_chunk": 256, "token_budget": 256}).batching
+    inst = Instance(env, "p", "prefill", "a", perf=engine, kv_capacity_tokens=10**6,
+                    batching=batching.under(catalog.engine(DEFAULT_ENGINE)), cache=None)
+    req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=1200, output_tokens=1), 0.0)
+    inst.submit(Job(req, on_held=lambda job: None, on_failed=None), prefill=1000, decode=0,
+                context=200, hold=True)
+    env.run()
+    estimate = _Recording()
+    _prefill_s(estimate, np.array([200]), np.array([1000]), 256)
+    expected = [chunk_attention_pairs(200 + done, min(256, 1000 - done)) for done in range(0, 1000, 256)]
+    assert engine.pairs == estimate.pairs == expected

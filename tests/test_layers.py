@@ -12,7 +12,7 @@ LAYERS = [
     {"engine"},
     {"workload"},
     {"system"},
-    {"cost", "metrics", "sessions", "stationary", "timeline", "timeseries", "sim"},
+    {"cost", "metrics", "sessions", "stationary", "timeline", "timeseries", "provenance", "sim"},
     {"experiments", "report"},
     {"cli", "__init__"},
 ]

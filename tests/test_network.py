@@ -316,3 +316,21 @@ def test_every_transfer_completes_in_finite_events_at_any_size_and_time(kind, ba
     assert len(done) == len(flows)
     for i, (t, n) in enumerate(flows):   # no flow ends before it could have at the whole bandwidth
         assert done[i] >= t + n / bandwidth * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("kind", ["link", "fabric"])
+def test_an_empty_transfer_on_a_line_without_latency_arrives_after_its_send_returns(kind):
+    """No callback runs inside its caller: an empty flow over a line without latency arrives at
+    the same instant, but from an event of its own (it was called back inside `send`)."""
+    env = simpy.Environment()
+    arrived = []
+    if kind == "link":
+        Link(env, "l", 100.0, 0.0).send(0, lambda: arrived.append(env.now))
+    else:
+        fabric = Fabric(env, "f", 0.0)
+        fabric.attach("a", 100.0)
+        fabric.attach("b", 100.0)
+        fabric.send("a", "b", 0, lambda: arrived.append(env.now))
+    assert arrived == []
+    env.run()
+    assert arrived == [0.0]

@@ -19,7 +19,7 @@ def run(path, *sets):
 
 
 def comparable(summary):
-    return {k: v for k, v in summary.items() if k != "wall_s" and not k.startswith(
+    return {k: v for k, v in summary.items() if not k.startswith(
         ("kv_occupancy", "kv_full", "memory_blocked", "wan_utilization"))}
 
 

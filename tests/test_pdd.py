@@ -161,9 +161,9 @@ def test_a_request_ending_twice_stops_the_run(make_config, make_workload, monkey
     from pddsim.errors import InvariantError
     from pddsim.system.pipelines import Pipeline
 
-    def finished_twice(self, req, inst):
-        self._end(req)
-        self._end(req)
+    def finished_twice(self, job):
+        self._end(job.req)
+        self._end(job.req)
     monkeypatch.setattr(Pipeline, "finished", finished_twice)
     with pytest.raises(InvariantError, match="request 0 ended twice"):
         simulate(pdd(make_config), make_workload((0.0, 1000, 10), (1.0, 1000, 10)))
@@ -174,6 +174,7 @@ def test_a_request_ending_at_its_final_handoff_boundary_ended_on_the_relay(make_
     made there (213 tokens here) never reaches the MD: it is an RLD-only request, not a dual-path
     one with no relay tokens."""
     cfg = pdd(make_config, handoff="one_shot", path_policy="always_relay")
+    routes = []
     for out in range(205, 221):
         r = simulate(cfg, make_workload((0.0, 8192, out))).requests.iloc[0]
         assert r.tokens_out == out
@@ -181,6 +182,9 @@ def test_a_request_ending_at_its_final_handoff_boundary_ended_on_the_relay(make_
             assert r.handoffs == 1 and 0 < r.relay_tokens < out, out
         else:
             assert r.pipeline == "p_rld" and r.relay_tokens == out and r.handoffs == 0, out
+        routes.append(r.pipeline)
+    # shorter outputs end on the RLD, longer ones are handed over: the boundary lies in the range
+    assert routes == sorted(routes, key=["p_rld", "p_rld_md"].index) and len(set(routes)) == 2
 
 
 def test_a_preemption_on_the_md_is_not_a_handoff_stall(make_config, make_workload):
@@ -226,3 +230,16 @@ def test_the_filter_catches_long_input_short_output_traffic(make_config, make_wo
     assert (caught == (df.input_tokens == 12000)).all()
     assert (df[caught].wan_bytes == 0).all() and (df[caught].wan_bytes_no_drc == 0).all()
     assert (df.status == "completed").all()
+
+
+def test_a_request_failing_before_its_route_is_decided_has_none(make_config, make_workload):
+    """A prompt larger than the P's KV memory (2 x H100: ~8.5k tokens) fails there, before PDD
+    picks a route: it is recorded with no route, not with PD's `p_d`, a route PDD does not have."""
+    cfg = make_config(roles=(("prefill", 1, 2), ("relay", 1), ("decode", 1)), two_clusters=True)
+    res = simulate(cfg, make_workload((0.0, 20_000, 10), (1.0, 2000, 10)))
+    df = res.requests
+    assert list(df.status) == ["failed", "completed"]
+    assert df.failure.iloc[0].endswith("context exceeds the instance's KV memory")
+    assert df.pipeline.iloc[0] == "" and df.pipeline.iloc[1] in ("p_md", "p_rld_md", "p_rld")
+    assert res.summary["pipeline_p_md"] + res.summary["pipeline_p_rld_md"] + \
+        res.summary["pipeline_rld_only"] == pytest.approx(0.5)

@@ -275,8 +275,9 @@ def test_host_launch_figure_per_gpu():
     assert roofline(8, gpu=a100, host_layer_us=per_gpu).iteration(1, 0, 0) == pytest.approx(80 * 300e-6)
     with pytest.raises(InputError, match="no host_layer_us for GPU 'h200'"):
         roofline(8, gpu=catalog.gpu("h200"), host_layer_us=per_gpu)
-    with pytest.raises(ValueError, match="unknown GPU 'h100'"):
-        catalog.EngineProfile(**{**IDEAL.model_dump(), "host_layer_us": {"h100": 5}})
+    with pytest.raises(ValueError, match="engines.mine.host_layer_us: unknown GPU 'h100'"):
+        catalog.Catalog(engines={"mine": {**IDEAL.model_dump(exclude={"name"}),
+                                          "host_layer_us": {"h100": 5}}})
 
 
 def test_a_zero_floor_changes_nothing_and_a_floored_run_matches_its_iterations():
@@ -473,3 +474,25 @@ def test_eager_iterations_pay_each_moe_layers_fixed_cost():
     assert p.iteration(32, 32 * 100, 32 * 100, 32 * 100) == plain.iteration(32, 32 * 100, 32 * 100, 32 * 100)
     assert p.decode_run(128, 128 * 100, 3).total_s - plain.decode_run(128, 128 * 100, 3).total_s == \
         pytest.approx(3 * 0.058)
+
+
+def test_eager_iterations_pay_for_each_routed_expert_they_touch():
+    """Per routed expert touched, on every rank whatever its share of the experts: a prefill
+    that touches all 256 of DeepSeek-V3's experts in its 58 MoE layers pays 256 x 58 of them,
+    at TP8 as at EP8; a captured decode graph pays none."""
+    dsv3 = bare("deepseek-v3")
+    engine = IDEAL.model_copy(update={"eager_expert_us": 10, "graph_max_batch": 64})
+    for tp, ep in ((8, 1), (8, 8)):
+        p, plain = Roofline(dsv3, H100, tp, engine, ep=ep), Roofline(dsv3, H100, tp, IDEAL, ep=ep)
+        extra = p.iteration(4096, 4096 * 2048, 0) - plain.iteration(4096, 4096 * 2048, 0)
+        assert extra == pytest.approx(256 * 58 * 10e-6, rel=1e-6)
+    # one token touches its share of the experts (about 8 of the 256 in each layer)
+    one = p.iteration(1, 1, 0) - plain.iteration(1, 1, 0)
+    assert one == pytest.approx(p.touched_share(1) * 256 * 58 * 10e-6)
+    assert one == pytest.approx(8 * 58 * 10e-6, rel=0.03)
+    assert p.iteration(32, 32 * 100, 32 * 100, 32 * 100) == plain.iteration(32, 32 * 100, 32 * 100, 32 * 100)
+    touched = p.touched_share(128) * 256 * 58 * 10e-6
+    assert p.decode_run(128, 128 * 100, 3).total_s - plain.decode_run(128, 128 * 100, 3).total_s == \
+        pytest.approx(3 * touched)
+    dense, bare_dense = Roofline(LLAMA, H100, 8, engine), Roofline(LLAMA, H100, 8, IDEAL)
+    assert dense.iteration(1024, 1024 * 512, 0) == bare_dense.iteration(1024, 1024 * 512, 0)

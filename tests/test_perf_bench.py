@@ -11,9 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pddsim import catalog, cli
-from pddsim.config import DEFAULT_ENGINE, Perf, from_dict
+from pddsim.config import DEFAULT_ENGINE, Perf, bundled, from_dict, load_config
 from pddsim.engine.perf import MeasuredTable, Roofline
 from pddsim.engine.perf_import import import_table
+from pddsim.errors import InputError
 from pddsim.experiments.perf_bench import compare, read_measured, roofline_of, summarise
 from pddsim.system.deployment import build
 
@@ -34,13 +35,14 @@ def test_host_launch_override_is_one_figure_or_one_per_known_gpu():
     assert Perf(engine="splitwise-2023", host_layer_us=50).engine_profile().host_layer_s("h200") == 50e-6
     per_gpu = Perf(engine="modern-fp8", host_layer_us={"a100-80gb": 300}).engine_profile()
     assert per_gpu.host_layer_s("a100-80gb") == 300e-6
-    with pytest.raises(ValueError, match="unknown GPU 'a100'"):
-        Perf(host_layer_us={"a100": 300})
+    with pytest.raises(InputError, match=r"same_dc_pd.yaml: perf.host_layer_us: unknown GPU 'a100'"):
+        load_config(bundled("same_dc_pd.yaml"), ["perf.host_layer_us={a100: 300}"])
 
 
 def test_unknown_engine_is_a_field_error():
-    with pytest.raises(ValueError, match="unknown engine 'nope'"):
-        Perf(engine="nope")
+    """Names resolve against the bundled catalog and the config's own, so the config says."""
+    with pytest.raises(InputError, match="same_dc_pd.yaml: clusters.a.perf.engine: unknown engine 'nope'"):
+        load_config(bundled("same_dc_pd.yaml"), ["clusters.a.perf.engine=nope"])
 
 
 def test_overhead_adds_to_every_iteration_exactly():

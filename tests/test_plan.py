@@ -181,10 +181,15 @@ def test_cli_json_table_and_out(small, shared_cache, tmp_path, capsys):
     table = pd.read_parquet(out / "points.parquet")
     assert len(table) == 6 and {P, D, "capacity_rps", "rank", "pareto"} <= set(table.columns)
     assert (out / "heatmap.png").stat().st_size > 0 and (out / "pareto.png").stat().st_size > 0
+    written = json.loads((out / "provenance.json").read_text())       # what produced the plan
+    assert written["vary"] == VARY and written["budget"] == 110 and written["config"]["name"] == "t"
+    assert {k: v for k, v in written.items() if k != "run_info"} == {
+        k: v for k, v in doc["provenance"].items() if k != "run_info"}
     page = tmp_path / "plan.html"                 # the report reads a plan's output too
     assert main(["report", str(out), "-o", str(page)]) == 0
     html = page.read_text()
     assert "points" in html and "\"type\": \"heatmap\"" in html and "Pareto front" in html
+    assert "What produced it" in html and doc["provenance"]["config_sha256"][:12] in html
     capsys.readouterr()
     assert main(args) == 0
     text = capsys.readouterr().out

@@ -116,7 +116,7 @@ def test_sessions_on_a_large_pool_pick_as_the_scan_does_and_use_the_block_index(
 def test_an_instance_that_left_is_not_picked_until_it_is_back_at_its_place(make_config, monkeypatch):
     monkeypatch.setattr(routers, "SCAN_UP_TO", 0)
     cfg = make_config(roles=(("prefill", 3), ("decode", 1)))
-    pool = build(simpy.Environment(), cfg, hooks=None, seed=0).pools["prefill"]
+    pool = build(simpy.Environment(), cfg, seed=0).pools["prefill"]
     first = pool[0]
     req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=200, output_tokens=1, hash_ids=(7, 8),
                                   block_tokens=100), 0.0)

@@ -1,6 +1,7 @@
 """The HTML report: one self-contained interactive page, checked for structure here and in a real
 headless browser (Chromium) for console errors, figures that render with a size, a hover layer
 that answers a hover, and nothing fetched from the network."""
+import html
 import json
 import os
 import re
@@ -51,7 +52,7 @@ def test_report_is_one_self_contained_interactive_page(compared):
     for f in shown:                            # legends above the plot, off the data
         assert f["layout"]["legend"]["y"] > 1
     assert "where the time went" in text and "utilisation per pool" in text
-    assert "No provenance was recorded" in text
+    assert text.index("What produced it") < text.index("Headline")      # provenance first
 
 
 def test_headline_table_has_units_and_deltas_against_the_first(compared):
@@ -131,7 +132,7 @@ def test_report_of_one_run_and_its_provenance(tmp_path):
                                                       "config": {"slo": {"ttft_s": 5}}}))
     assert main(["report", str(out), "-o", str(tmp_path / "r.html")]) == 0
     text = markup((tmp_path / "r.html").read_text())
-    head = text[text.index("Provenance"):text.index("Headline")]
+    head = text[text.index("What produced it"):text.index("Headline")]
     assert "9.9.9" in head and "seed" in head and "ttft_s" in head
     summary = json.loads((out / "summary.json").read_text())       # or a block in the summary
     (out / "summary.json").write_text(json.dumps({**summary, "provenance": {"pddsim": "8.8.8"}}))
@@ -230,9 +231,9 @@ def test_plan_and_sweep_reports_draw_their_figures(tmp_path, capsys):
     assert main(["plan", str(small_config(tmp_path)), *(f"--vary={v}" for v in VARY), "--budget",
                  "110", "--jobs", "1", "--quiet", "--seed", "0", "--out", str(plan_out)]) == 0
     page = tmp_path / "plan.html"
-    (plan_out / "provenance.json").write_text(json.dumps({"pddsim": "7.7.7"}))
     assert main(["report", str(plan_out), "-o", str(page)]) == 0
-    assert "7.7.7" in markup(page.read_text())
+    made_by = json.loads((plan_out / "provenance.json").read_text())
+    assert made_by["config_sha256"][:12] in markup(page.read_text())
     shown = figures(page.read_text())
     heat, pareto = shown
     assert heat["data"][0]["type"] == "heatmap"
@@ -248,7 +249,19 @@ def test_plan_and_sweep_reports_draw_their_figures(tmp_path, capsys):
                  "--quiet", "--json", "--out", str(table)]) == 0
     page = tmp_path / "sweep.html"
     assert main(["report", str(table), "-o", str(page)]) == 0
+    made_by = json.loads((tmp_path / "sweep.parquet.provenance.json").read_text())
+    assert made_by["command"] in html.unescape(markup(page.read_text()))
     shown = {f["layout"]["title"]["text"]: f for f in figures(page.read_text())}
     goodput = shown["goodput (req/s) against clusters.a.instances.1.count"]
     assert [t["name"] for t in goodput["data"]] == ["slo.ttft_s=5", "slo.ttft_s=10"]
     assert goodput["data"][0]["x"] == ["1", "2"]
+
+
+def test_report_says_what_produced_each_run(compared):
+    import pddsim
+    folder, page = compared
+    text = page.read_text()
+    assert "What produced it" in text and f"<td>{pddsim.__version__}</td>" in text
+    for run in sorted(folder.iterdir()):
+        made_by = json.loads((run / "provenance.json").read_text())
+        assert made_by["config_sha256"][:12] in text and made_by["trace"]["sha256"][:12] in text

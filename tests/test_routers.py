@@ -6,6 +6,7 @@ import simpy
 
 from pddsim.config import load_config
 from pddsim.engine.instance import Instance
+from pddsim.engine.job import Job
 from pddsim.engine.perf import MeasuredTable
 from pddsim.engine.request import Request
 from pddsim.sim import load_workload, simulate
@@ -42,18 +43,6 @@ def test_prefill_hit_rate_holds_as_load_rises_while_every_cache_holds_the_workin
     assert hit_rate(0.4) >= hit_rate(0.05) - 0.01
 
 
-class Ignore:
-    """Pipeline hooks that do nothing: the instance is watched on its own."""
-
-    def finished(self, req, inst):
-        pass
-
-    prefill_done = finished
-
-    def failed(self, req, inst, reason):
-        pass
-
-
 def test_a_decoder_shows_the_iterations_of_its_decode_run_under_way(tmp_path, make_config):
     # Two requests decode for hundreds of iterations; whenever a router looks, the decoder's
     # context and KV load must be what a one-iteration-at-a-time engine shows at that moment.
@@ -63,10 +52,11 @@ def test_a_decoder_shows_the_iterations_of_its_decode_run_under_way(tmp_path, ma
         env = simpy.Environment()
         inst = Instance(env, "d", "decode", "a", perf=MeasuredTable(tmp_path / "perf.csv"),
                         kv_capacity_tokens=10**6, batching=cfg.batching.under(cfg.perf.engine_profile()),
-                        cache=None, hooks=Ignore())
+                        cache=None)
         for i, (context, out) in enumerate(((1000, 400), (3000, 250))):
             req = Request(i, TraceRequest(arrival_s=0.0, input_tokens=context, output_tokens=out), 0.0)
-            inst.submit(req, prefill=0, decode=out, context=context)
+            inst.submit(Job(req, on_finished=lambda job: None, on_failed=None), prefill=0, decode=out,
+                        context=context)
         seen[coalesce] = []
         for t in np.linspace(0.0123, 4.5, 29):
             env.run(until=t)

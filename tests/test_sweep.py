@@ -1,9 +1,11 @@
 """sweep: grid parsing, one row per point in grid order, one shared workload, and a table that does
 not depend on how many processes ran it."""
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from pddsim.cli import main
 from pddsim.errors import InputError
@@ -96,6 +98,8 @@ def test_out_writes_the_whole_table(tiny, tmp_path, capsys, name):
     assert list(written.columns) == list(rows[0])
     assert written[KEYS].values.tolist() == [[r[k] for k in KEYS] for r in rows]
     assert written["ttft_p90_s"].tolist() == [r["ttft_p90_s"] for r in rows]
+    made_by = json.loads(Path(f"{out}.provenance.json").read_text())      # what produced it
+    assert made_by["grid"] == GRID and made_by["config"]["name"] == yaml.safe_load(tiny.read_text())["name"]
 
 
 def test_table_and_unknown_extension(input_error, tiny, capsys):

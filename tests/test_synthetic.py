@@ -2,6 +2,7 @@ import hashlib
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -120,8 +121,35 @@ def test_drift_moves_the_low_hit_share_over_time():
     assert low_share_change("0:0.25,1:4") > low_share_change("") + 0.05
 
 
+def _session_starts(spec):
+    return np.array([r.arrival_s for r in agent_workload(spec, 3).requests if r.follows < 0])
+
+
+def test_a_flat_day_curve_changes_nothing():
+    spec = AgentSpec(sessions=300, session_rate=0.5, turns_mean=2)
+    flat = AgentSpec(sessions=300, session_rate=0.5, turns_mean=2, diurnal="0:1,13.5:1")
+    np.testing.assert_allclose(_session_starts(flat), _session_starts(spec), rtol=1e-9, atol=1e-9)
+
+
+def test_session_starts_follow_the_day_curve():
+    """A curve rising linearly from 0.2 at midnight to 1.8 at noon and back: the mean rate over
+    each quarter of the day is 0.6 or 1.4 x session_rate (over the eight days, within Poisson
+    noise: ~3 standard deviations), so the day holds as many sessions as a flat one."""
+    day_s, rate = 1000.0, 1.0
+    spec = AgentSpec(sessions=8000, session_rate=rate, turns_mean=1, diurnal="0:0.2,12:1.8",
+                     day_s=day_s)
+    starts = _session_starts(spec)
+    days = starts.max() / day_s
+    assert days == pytest.approx(8.0, rel=0.05)
+    quarters = np.histogram((starts % day_s) / day_s * 24, bins=4, range=(0, 24))[0]
+    expected = np.array([0.6, 1.4, 1.4, 0.6]) * rate * day_s / 4 * days
+    assert np.all(np.abs(quarters - expected) < 3 * np.sqrt(expected))
+
+
 @pytest.mark.parametrize("knobs", [{"sessions": 0}, {"reset_prob": 1.5}, {"sessions": 2.5},
-                                   {"drift": "0:1,1"}, {"drift": "1:1,0:2"}, {"drift": "x"}])
+                                   {"drift": "0:1,1"}, {"drift": "1:1,0:2"}, {"drift": "x"},
+                                   {"diurnal": "9:1,3:2"}, {"diurnal": "0:1,24:1"},
+                                   {"diurnal": "0:0"}, {"day_s": 0}])
 def test_bad_knobs_are_input_errors_naming_the_knob(knobs):
     name, = knobs
     raw = {"kind": "agent", "knobs": knobs}

@@ -4,6 +4,7 @@ import pytest
 
 from pddsim.errors import InputError
 from pddsim.workload.model import TraceRequest, Workload
+from pddsim.workload.readers import read_workload
 from pddsim.workload.stats import BUCKETS, format_stats, hit_bucket, plot_bucket_shares, trace_stats
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
@@ -98,8 +99,7 @@ def test_mooncake_conversation_trace():
     path = TRACES / "mooncake" / "conversation_trace.jsonl"
     if not path.exists():
         pytest.skip("shared traces absent")
-    workload = pytest.importorskip("pddsim.workload.readers")
-    s = trace_stats(workload.read_workload(path))
+    s = trace_stats(read_workload(path))
     assert s["requests"] == 12_031
     assert 0 < s["hit_rate_mean"] < 1 and sum(s["bucket_shares"].values()) == pytest.approx(1)
 
@@ -108,8 +108,7 @@ def test_agent_trace_directory():
     path = TRACES / "kv_cache_tester"
     if not path.exists():
         pytest.skip("shared traces absent")
-    workload = pytest.importorskip("pddsim.workload.readers")
-    trace = workload.read_workload(path, limit=2000)     # whole conversations: a few more
+    trace = read_workload(path, limit=2000)     # whole conversations: a few more
     s = trace_stats(trace)
     assert s["requests"] == len(trace) >= 2000
     assert s["bucket_shares"]["[99,100]"] > s["bucket_shares"]["[50,70)"]

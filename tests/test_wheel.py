@@ -17,7 +17,7 @@ import pddsim
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-SOURCES = ("pyproject.toml", "README.md", "pddsim", "configs", "traces")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "pddsim", "configs", "traces")
 
 
 def run(*argv, cwd=None) -> subprocess.CompletedProcess:

@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Callable
 import simpy
 from simpy.events import URGENT
 
+from pddsim.engine.job import Job
 from pddsim.engine.network import Flow, Link
-from pddsim.engine.perf import LinearRun
+from pddsim.engine.perf import LinearRun, chunk_attention_pairs
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.engine.request import Request
 from pddsim.intmath import ceil_div
@@ -57,17 +58,13 @@ class _Urgent(simpy.Event):
         env.schedule(self, URGENT)
 
 
-QUEUE_STAGE = {"prefill": "prefill_queue", "colocated": "prefill_queue", "relay": "relay_queue",
-               "decode": "decode_queue"}
-
-
 class Instance:
     # slots: with this many fields an instance's attributes would otherwise live in a plain dict
     # (past CPython's shared-key limit), and every access in the engine's loop would hash
     __slots__ = (
-        "env", "name", "role", "_prefill_side", "_queue_stage", "_decode_stage", "cluster", "perf",
+        "env", "name", "role", "_prefill_side", "cluster", "perf",
         "capacity", "block", "token_budget", "chunk", "pack_chunks", "max_batch", "coalesce",
-        "cache", "host_load", "kv_bytes_per_token", "_cache_in_hbm", "hooks", "busy_s",
+        "cache", "host_load", "kv_bytes_per_token", "_cache_in_hbm", "busy_s",
         "prefill_first", "reserve", "reserve_share", "whole_prompts",
         "tokens_decoded", "preemptions", "kv_peak", "tracer", "load_watch", "_pending",
         # the engine's state (`_empty`)
@@ -80,19 +77,18 @@ class Instance:
     )
 
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
-                 kv_capacity_tokens: int, batching: Batching, cache: PrefixCache | None, hooks,
+                 kv_capacity_tokens: int, batching: Batching, cache: PrefixCache | None,
                  host_load: Link | None = None, kv_bytes_per_token: float = 0.0,
-                 scheduler: str = "mixed", admission: str = "optimistic", reserve_share: float = 1.0):
+                 scheduler: str = "mixed", admission: str = "optimistic", reserve_share: float = 1.0,
+                 tracer=None):
         """`host_load` is None for a cache in HBM; for one in host memory, the link its hits are
         loaded over (`kv_bytes_per_token` sizes them). `scheduler` and `admission` are the
         engine's policies, `reserve_share` what reserve admission keeps of an output
-        (catalog.EngineProfile)."""
+        (catalog.EngineProfile). `tracer`: a timeline told of every segment, when one is kept."""
         self.env = env
         self.name = name
         self.role = role
         self._prefill_side = role in ("prefill", "colocated")
-        self._queue_stage = QUEUE_STAGE[role]
-        self._decode_stage = "relay_decode" if role == "relay" else "decode"
         self.cluster = cluster
         self.perf = perf
         self.capacity = kv_capacity_tokens
@@ -112,33 +108,32 @@ class Instance:
         self.host_load = host_load
         self.kv_bytes_per_token = kv_bytes_per_token
         self._cache_in_hbm = cache is not None and host_load is None
-        self.hooks = hooks                    # the pipeline: prefill_done / finished / failed
         self.busy_s = 0.0
         self.tokens_decoded = 0
         self.preemptions = 0
         self.kv_peak = 0                      # most KV tokens in use at an iteration boundary
-        self.tracer = None                    # a timeline told of every segment, when one is kept
+        self.tracer = tracer
         self.load_watch: dict | None = None   # a pool's index: told when what routers see may change
         self._empty()
         self._pending: simpy.Event = _Urgent(env, self._step)   # what the loop continues from
 
     def _empty(self) -> None:
         """The engine's state of an instance serving nothing (at start, and after a restart)."""
-        self._pinned: dict[Request, int] = {}  # leading blocks of its chain each request pins
+        self._pinned: dict[Job, int] = {}  # leading blocks of its chain each request pins
         self._shared = 0                      # pinned tokens admitted requests' KV also counts
         self._ctx_end = 0                     # decoders' KV when the segment in flight ends
         self._loading = 0                     # admitted requests whose hit is being loaded
-        self._loads: dict[Request, Flow] = {}   # their loads in flight over the host link
-        self.waiting: deque[Request] = deque()
-        self.prefilling: list[Request] = []
+        self._loads: dict[Job, Flow] = {}   # their loads in flight over the host link
+        self.waiting: deque[Job] = deque()
+        self.prefilling: list[Job] = []
         self.held = 0                         # KV tokens of admitted requests not decoding
         self.iters = 0                        # decode iterations run so far
         self._ctx_base = 0                    # sum(context_at_join - start_iter) over decoders
-        self._finish_heap: list[tuple[int, int, Request]] = []
-        self._decoders: dict[Request, None] = {}   # in join order: the newest is preempted first
-        self._joined: list[Request] = []
+        self._finish_heap: list[tuple[int, int, Job]] = []
+        self._decoders: dict[Job, None] = {}   # in join order: the newest is preempted first
+        self._joined: list[Job] = []
         # (request, callback, leave)
-        self._at_boundary: list[tuple[Request, Callable[[Request, int], None], bool]] = []
+        self._at_boundary: list[tuple[Job, Callable[[Job, int], None], bool]] = []
         self._seq = 0
         self._seg_end: list[int] = []         # suffix-max stack of iteration times, by end iter
         self._seg_max: list[float] = []
@@ -156,7 +151,7 @@ class Instance:
                                               # decode iterations (0 or 1), start, seconds
         self._run_k = 0                       # iterations the decode run in flight ends after
         self._run_s = 0.0                     # and their seconds (both lowered when it is cut)
-        self._promises: dict[Request, int] = {}   # `reserve`: each admitted request's whole length
+        self._promises: dict[Job, int] = {}   # `reserve`: each admitted request's whole length
         self._promised = 0                    # and their sum
         self._stall_s = 0.0                   # `prefill_first`: decoders paused since their last token
         self._memory_short = False            # the last admission stopped for want of KV memory
@@ -267,62 +262,62 @@ class Instance:
         return min(req.input_tokens, self.cache.match(req.hash_ids) * req.block_tokens)
 
     # -- what pipelines call --------------------------------------------------------------------
-    def submit(self, req: Request, *, prefill: int, decode: int, context: int, ready: int = 0,
+    def submit(self, job: Job, *, prefill: int, decode: int, context: int, ready: int = 0,
                use_cache: bool = False, hold: bool = False) -> None:
         """Queue work: compute `prefill` tokens over `context` resident ones, then decode `decode`
         tokens (the prefill's last chunk yields the first of them), or with `hold` keep the KV and
-        call the pipeline's `prefill_done`. `ready` tokens were computed elsewhere and reach the
-        user when this instance admits the request. With `use_cache`, the prompt's cached prefix is
+        call the job's `on_held`. `ready` tokens were computed elsewhere and reach the user when
+        this instance admits the job. With `use_cache`, the prompt's cached prefix is
         looked up at admission and skipped."""
-        req.inst = self
-        req.hold = hold
-        req.prefill_left = prefill
-        req.decode_left = decode
-        req.context = context
-        req.ready_tokens = ready
-        req.needs_lookup = self.cache is not None and bool(req.hash_ids) and (
+        job.inst = self
+        job.hold = hold
+        job.prefill_left = prefill
+        job.decode_left = decode
+        job.context = context
+        job.ready_tokens = ready
+        job.needs_lookup = self.cache is not None and bool(job.hash_ids) and (
             use_cache or self._cache_in_hbm)
-        req.uses_cache = use_cache
-        req.decoding = False
-        if req.stage != "handoff":            # an MD absorbing a handoff: still the handoff
-            req.enter(self._queue_stage, self.env.now)
+        job.uses_cache = use_cache
+        job.decoding = False
+        if job.queue_stage is not None:
+            job.req.enter(job.queue_stage, self.env.now)
         if use_cache:   # queued work counts net of the hit it will get; `_lookup_prefix` reconciles
-            req.hit_tokens = self._hit_blocks(req) * req.block_tokens
-            self.pending_prefill_tokens += prefill - req.hit_tokens
+            job.req.hit_tokens = self._hit_blocks(job) * job.block_tokens
+            self.pending_prefill_tokens += prefill - job.req.hit_tokens
         else:
             self.pending_prefill_tokens += prefill
         self.waiting_tokens += prefill + context
-        self.waiting.append(req)
+        self.waiting.append(job)
         self._poke()
 
-    def release(self, req: Request) -> None:
+    def release(self, job: Job) -> None:
         """A request whose prefill ended here no longer needs its KV (it has been shipped)."""
-        self.free(req.reserved, req)
-        req.reserved = 0
+        self.free(job.reserved, job)
+        job.reserved = 0
 
-    def free(self, tokens: int, req: Request) -> None:
-        """Give back KV held for `req`'s work that moved on (a pipeline tracking it itself)."""
+    def free(self, tokens: int, job: Job) -> None:
+        """Give back KV held for `job`'s work that moved on (a pipeline tracking it itself)."""
         self.held -= tokens
-        self._unpin(req)
-        self._unpromise(req)
+        self._unpin(job)
+        self._unpromise(job)
         self._poke()
 
-    def _unpromise(self, req: Request) -> None:
-        """`req`'s work here has let go of its KV: its reservation (`reserve`) ends."""
+    def _unpromise(self, job: Job) -> None:
+        """`job`'s work here has let go of its KV: its reservation (`reserve`) ends."""
         if self._promises:
-            self._promised -= self._promises.pop(req, 0)
+            self._promised -= self._promises.pop(job, 0)
 
-    def withdraw(self, req: Request) -> bool:
+    def withdraw(self, job: Job) -> bool:
         """Take back a request still waiting for admission here (the pipeline serves it
         elsewhere); False if it was admitted already."""
-        if req.inst is not self or req not in self.waiting:
+        if job.inst is not self or job not in self.waiting:
             return False
-        self.waiting.remove(req)
-        self.waiting_tokens -= req.prefill_left + req.context
-        not_looked_up = req.needs_lookup and req.uses_cache   # its queued work is net of its hit
-        self.pending_prefill_tokens -= req.prefill_left - (req.hit_tokens if not_looked_up else 0)
-        self._unpin(req, admitted=False)
-        req.inst = None
+        self.waiting.remove(job)
+        self.waiting_tokens -= job.prefill_left + job.context
+        not_looked_up = job.needs_lookup and job.uses_cache   # its queued work is net of its hit
+        self.pending_prefill_tokens -= job.prefill_left - (job.req.hit_tokens if not_looked_up else 0)
+        self._unpin(job, admitted=False)
+        job.inst = None
         self._changed()
         return True
 
@@ -338,11 +333,11 @@ class Instance:
             return
         self._insert(req, 0)
 
-    def at_boundary(self, req: Request, then, *, leave: bool) -> None:
-        """At the next iteration boundary call `then(req, tokens_made_here)`, with `leave` taking
+    def at_boundary(self, job: Job, then, *, leave: bool) -> None:
+        """At the next iteration boundary call `then(job, tokens_made_here)`, with `leave` taking
         the decoder out of the batch first (a handoff). Nothing happens for a request that
         finishes first; one not admitted yet is served once it decodes."""
-        self._at_boundary.append((req, then, leave))
+        self._at_boundary.append((job, then, leave))
         self._poke()
 
     # -- engine -----------------------------------------------------------------------------------
@@ -435,19 +430,19 @@ class Instance:
     def _admit(self) -> None:
         now = self.env.now
         while self.waiting:
-            req = self.waiting[0]
-            if req.needs_lookup:
-                self._lookup_prefix(req)
-            need = ceil_div(req.context + req.prefill_left, self.block) * self.block
-            whole = self._whole(req) if self.reserve else need
+            job = self.waiting[0]
+            if job.needs_lookup:
+                self._lookup_prefix(job)
+            need = ceil_div(job.context + job.prefill_left, self.block) * self.block
+            whole = self._whole(job) if self.reserve else need
             running = len(self.prefilling) + len(self._decoders) + self._loading
-            pinned = self._pool_share(req)    # in the pool already, as cached blocks
+            pinned = self._pool_share(job)    # in the pool already, as cached blocks
             if need > self.capacity or (self.reserve and whole > self.capacity):   # can never fit
                 self._dequeue()
-                self._unpin(req, admitted=False)
-                self.pending_prefill_tokens -= req.prefill_left
+                self._unpin(job, admitted=False)
+                self.pending_prefill_tokens -= job.prefill_left
                 self._changed()
-                self.hooks.failed(req, self, "context exceeds the instance's KV memory")
+                job.on_failed(job, "context exceeds the instance's KV memory")
                 continue
             want = need - pinned
             if self.reserve:    # room for its reservation and what admitted requests still add
@@ -457,89 +452,89 @@ class Instance:
                 return
             self._dequeue()
             if self.reserve:
-                self._promises[req] = whole
+                self._promises[job] = whole
                 self._promised += whole
             self._shared += pinned
-            if req.ready_tokens:
-                req.emit(now, req.ready_tokens)
-                req.ready_tokens = 0
-            if req.prefill_left:
-                if req.stage == "prefill_queue":
-                    req.enter("prefill", now)
-                req.reserved = need
+            if job.ready_tokens:
+                job.req.emit(now, job.ready_tokens)
+                job.ready_tokens = 0
+            if job.prefill_left:
+                if job.streams and job.req.stage == "prefill_queue":
+                    job.req.enter("prefill", now)
+                job.reserved = need
                 self.held += need
-                if self.host_load is not None and req.uses_cache and req.hit_tokens:
+                if self.host_load is not None and job.uses_cache and job.req.hit_tokens:
                     self._loading += 1
-                    self._loads[req] = self.host_load.send(
-                        req.hit_tokens * self.kv_bytes_per_token, partial(self._loaded, req))
+                    self._loads[job] = self.host_load.send(
+                        job.req.hit_tokens * self.kv_bytes_per_token, partial(self._loaded, job))
                 else:
-                    self.prefilling.append(req)
+                    self.prefilling.append(job)
             else:
-                req.reserved = 0
-                self._join_decoding(req)
-                self._joined.append(req)
+                job.reserved = 0
+                self._join_decoding(job)
+                self._joined.append(job)
 
-    def _whole(self, req: Request) -> int:
-        """KV blocks (in tokens) reserve admission keeps for `req`: its context and prompt, and
+    def _whole(self, job: Job) -> int:
+        """KV blocks (in tokens) reserve admission keeps for `job`: its context and prompt, and
         `reserve_share` of the output it has still to make (fields as of its admission)."""
-        return self.block * ceil_div(req.context + req.prefill_left
-                                     + ceil(self.reserve_share * req.decode_left), self.block)
+        return self.block * ceil_div(job.context + job.prefill_left
+                                     + ceil(self.reserve_share * job.decode_left), self.block)
 
-    def _dequeue(self) -> Request:
-        req = self.waiting.popleft()
-        self.waiting_tokens -= req.prefill_left + req.context
-        return req
+    def _dequeue(self) -> Job:
+        job = self.waiting.popleft()
+        self.waiting_tokens -= job.prefill_left + job.context
+        return job
 
-    def _loaded(self, req: Request) -> None:
+    def _loaded(self, job: Job) -> None:
         """A host-tier hit is in HBM: the request's prefill can start."""
         self._loading -= 1
-        del self._loads[req]
-        self.prefilling.append(req)
+        del self._loads[job]
+        self.prefilling.append(job)
         self._poke()
 
-    def _hit_blocks(self, req: Request) -> int:
+    def _hit_blocks(self, job: Job) -> int:
         """Whole cached blocks of the prompt a lookup now would skip (the last token is computed)."""
-        if self.cache is None or not req.hash_ids or not req.block_tokens:
+        if self.cache is None or not job.hash_ids or not job.block_tokens:
             return 0
-        return min(self.cache.match(req.hash_ids), (req.input_tokens - 1) // req.block_tokens)
+        return min(self.cache.match(job.hash_ids), (job.input_tokens - 1) // job.block_tokens)
 
-    def _lookup_prefix(self, req: Request) -> None:
+    def _lookup_prefix(self, job: Job) -> None:
         """At the head of the queue: pin the cached prefix the request will use. With
         `use_cache` that is its hit, skipped by the prefill (the cache may have changed since
         `submit` estimated it); otherwise (an HBM cache) the blocks of its own context that the
         cache also holds, so they are counted once."""
-        req.needs_lookup = False
-        if not req.uses_cache:
+        job.needs_lookup = False
+        if not job.uses_cache:
             assert self.cache is not None          # only an instance with a cache looks up
-            self._pin(req, min(self.cache.match(req.hash_ids), req.context // req.block_tokens))
+            self._pin(job, min(self.cache.match(job.hash_ids), job.context // job.block_tokens))
             return
-        blocks = self._hit_blocks(req)
-        self._pin(req, blocks)
-        self.pending_prefill_tokens += req.hit_tokens - blocks * req.block_tokens
-        req.hit_tokens = blocks * req.block_tokens
-        req.prefill_left = req.input_tokens - req.hit_tokens
-        req.context = req.hit_tokens
+        blocks = self._hit_blocks(job)
+        self._pin(job, blocks)
+        self.pending_prefill_tokens += job.req.hit_tokens - blocks * job.block_tokens
+        job.req.hit_tokens = blocks * job.block_tokens
+        job.prefill_left = job.input_tokens - job.req.hit_tokens
+        job.context = job.req.hit_tokens
 
-    def _pin(self, req: Request, blocks: int) -> None:
+    def _pin(self, job: Job, blocks: int) -> None:
         """Pin the first `blocks` blocks of the request's chain (extending its pin)."""
-        have = self._pinned.get(req, 0)
+        have = self._pinned.get(job, 0)
         if blocks > have:
             assert self.cache is not None
-            self.cache.pin(req.hash_ids[have:blocks], blocks - have)
-            self._pinned[req] = blocks
+            self.cache.pin(job.hash_ids[have:blocks], blocks - have)
+            self._pinned[job] = blocks
 
-    def _pool_share(self, req: Request) -> int:
+    def _pool_share(self, job: Job) -> int:
         """Tokens of the KV pool the request's pinned blocks take (none for a host-tier cache)."""
-        return self._pinned.get(req, 0) * req.block_tokens if self._cache_in_hbm else 0
+        return self._pinned.get(job, 0) * job.block_tokens if self._cache_in_hbm else 0
 
-    def _unpin(self, req: Request, admitted: bool = True) -> None:
-        if req in self._pinned:
+    def _unpin(self, job: Job, admitted: bool = True) -> None:
+        if job in self._pinned:
             assert self.cache is not None
             if admitted:
-                self._shared -= self._pool_share(req)
-            self.cache.unpin(req.hash_ids, self._pinned.pop(req))
+                self._shared -= self._pool_share(job)
+            self.cache.unpin(job.hash_ids, self._pinned.pop(job))
 
-    def _insert(self, req: Request, own_tokens: int) -> int:
+    def _insert(self, job: Job | Request, own_tokens: int) -> int:
         """Insert the request's chain into the cache; returns its blocks now resident. In HBM the
         cache may grow into the free pool plus `own_tokens` of the request's reservation that
         its blocks take over."""
@@ -549,7 +544,7 @@ class Instance:
         if self._cache_in_hbm:
             free = self.capacity - self.kv_pool_used - self._growth_left + own_tokens
             limit = max(cache.used_tokens, cache.used_tokens + free)
-        return cache.insert(req.hash_ids, req.block_tokens, limit)
+        return cache.insert(job.hash_ids, job.block_tokens, limit)
 
     @property
     def _growth_left(self) -> int:
@@ -589,17 +584,17 @@ class Instance:
             budget = self.token_budget - decoding
             chunks = []
             tokens, pairs, kv_read = (n, ctx, ctx) if decoding else (0, 0, 0)
-            for req in self.prefilling:
+            for job in self.prefilling:
                 if budget <= 0 or (chunks and not self.pack_chunks):
                     break
-                c = min(req.prefill_left, self.chunk, budget)
-                if chunks and self.whole_prompts and c < req.prefill_left:
+                c = min(job.prefill_left, self.chunk, budget)
+                if chunks and self.whole_prompts and c < job.prefill_left:
                     break                         # whole prompts only, but for the first
-                chunks.append((req, c))
+                chunks.append((job, c))
                 budget -= c
                 tokens += c
-                pairs += c * (req.context + c / 2)
-                kv_read += req.context
+                pairs += chunk_attention_pairs(job.context, c)
+                kv_read += job.context
             return chunks, self.perf.iteration(tokens, pairs, kv_read, ctx if decoding else 0,
                                                decoding + len(chunks))
         # decode only (n > 0): run until the next finish or until memory runs out
@@ -640,102 +635,102 @@ class Instance:
             self._push_segment(longest_s)
             if self._joined:
                 first = t0 + first_s
-                for req in self._joined:
-                    if req.inst is self and req.decoding:   # not preempted before it ran
-                        req.mark_stream_resumed(first)
+                for job in self._joined:
+                    if job.inst is self and job.decoding:   # not preempted before it ran
+                        job.req.mark_stream_resumed(first)
                 self._joined.clear()
         elif self._joined:
             self._joined.clear()
         if chunks:
             done = 0
-            for req, c in chunks:
-                req.prefill_left -= c
-                req.context += c
+            for job, c in chunks:
+                job.prefill_left -= c
+                job.context += c
                 done += c
             self.pending_prefill_tokens -= done
             self.prefilling = [r for r in self.prefilling if r.prefill_left > 0]
-            for req, _ in chunks:
-                if req.prefill_left == 0:
-                    self._prefill_done(req, now)
+            for job, _ in chunks:
+                if job.prefill_left == 0:
+                    self._prefill_done(job, now)
         heap = self._finish_heap
         while heap and heap[0][0] <= iters:     # `iters` changes only here
-            req = heapq.heappop(heap)[2]
-            if req.decoding and req.inst is self and req.finish_iter <= iters:
-                self._leave_decoding(req)
+            job = heapq.heappop(heap)[2]
+            if job.decoding and job.inst is self and job.finish_iter <= iters:
+                self._leave_decoding(job)
                 self._changed()
-                self.hooks.finished(req, self)
+                job.on_finished(job)
 
-    def _prefill_done(self, req: Request, now: float) -> None:
-        if req.uses_cache and self.cache is not None and req.hash_ids:
-            req.uses_cache = False
+    def _prefill_done(self, job: Job, now: float) -> None:
+        if job.uses_cache and self.cache is not None and job.hash_ids:
+            job.uses_cache = False
             if self._cache_in_hbm:            # its prompt's blocks become the cache's, pinned
-                own = req.input_tokens // req.block_tokens   # whole blocks of its reservation
-                have = self._pinned.get(req, 0)
-                resident = min(own, self._insert(req, (own - have) * req.block_tokens))
+                own = job.input_tokens // job.block_tokens   # whole blocks of its reservation
+                have = self._pinned.get(job, 0)
+                resident = min(own, self._insert(job, (own - have) * job.block_tokens))
                 if resident > have:
-                    self._pin(req, resident)
-                    self._shared += (resident - have) * req.block_tokens
+                    self._pin(job, resident)
+                    self._shared += (resident - have) * job.block_tokens
             else:                             # a copy goes to host memory
-                self.cache.insert(req.hash_ids, req.block_tokens)
-                self._unpin(req)
-        if req.hold:
+                self.cache.insert(job.hash_ids, job.block_tokens)
+                self._unpin(job)
+        if job.hold:
             self._changed()
-            self.hooks.prefill_done(req, self)     # KV stays held until `release` or `stream`
+            job.on_held(job)                  # KV stays held until `release` or `stream`
             return
-        self.stream(req)
+        self.stream(job)
 
-    def stream(self, req: Request) -> None:
+    def stream(self, job: Job) -> None:
         """The request's next token (made by its last prefill chunk) goes out now; then it
         decodes here. Called by the engine, or by a pipeline for work it held: from now on the
         work is this instance's own (a preempted decoder recomputes and streams again here)."""
-        req.hold = False
-        req.emit(self.env.now)
-        req.decode_left -= 1
-        self.held -= req.reserved
-        req.reserved = 0
-        if req.decode_left <= 0:
-            self._unpin(req)
-            self._unpromise(req)
+        job.hold = False
+        job.req.emit(self.env.now)
+        job.decode_left -= 1
+        self.held -= job.reserved
+        job.reserved = 0
+        if job.decode_left <= 0:
+            self._unpin(job)
+            self._unpromise(job)
             self._changed()
-            self.hooks.finished(req, self)
+            job.on_finished(job)
         else:
-            self._join_decoding(req)
+            self._join_decoding(job)
             self._changed()
 
-    def _join_decoding(self, req: Request) -> None:
-        req.enter(self._decode_stage, self.env.now)
-        req.decoding = True
-        req.start_iter = self.iters
-        req.finish_iter = self.iters + req.decode_left
-        self._decoders[req] = None
-        self._ctx_base += req.context - self.iters
+    def _join_decoding(self, job: Job) -> None:
+        job.req.enter(job.decode_stage, self.env.now)
+        job.decoding = True
+        job.start_iter = self.iters
+        job.finish_iter = self.iters + job.decode_left
+        self._decoders[job] = None
+        self._ctx_base += job.context - self.iters
         self._seq += 1
-        heapq.heappush(self._finish_heap, (req.finish_iter, self._seq, req))
+        heapq.heappush(self._finish_heap, (job.finish_iter, self._seq, job))
 
-    def _leave_decoding(self, req: Request) -> int:
+    def _leave_decoding(self, job: Job) -> int:
         """Settle the tokens a decoder made here since it joined; returns their number."""
-        made = self.iters - req.start_iter
+        made = self.iters - job.start_iter
         if made:
-            i = bisect_right(self._seg_end, req.start_iter)
-            req.emit_run(self.env.now, made, self._seg_max[i])
-        del self._decoders[req]
-        self._unpin(req)
-        self._unpromise(req)
-        self._ctx_base -= req.context - req.start_iter
-        req.context += made
-        req.decode_left -= made
-        req.decoding = False
+            i = bisect_right(self._seg_end, job.start_iter)
+            job.req.emit_run(self.env.now, made, self._seg_max[i])
+        del self._decoders[job]
+        self._unpin(job)
+        self._unpromise(job)
+        self._ctx_base -= job.context - job.start_iter
+        job.context += made
+        job.decode_left -= made
+        job.decoding = False
         return made
 
     def _serve_boundary_calls(self) -> None:
         calls, self._at_boundary = self._at_boundary, []
-        for req, then, leave in calls:
-            if req.decoding and req.inst is self:
-                made = self._leave_decoding(req) if leave else self.iters - req.start_iter
+        for job, then, leave in calls:
+            if job.decoding and job.inst is self:
+                made = self._leave_decoding(job) if leave else self.iters - job.start_iter
                 self._changed()
-                then(req, made)
-            elif req.inst is self:                # not admitted yet: wait for it to decode
-                self._at_boundary.append((req, then, leave))
+                then(job, made)
+            elif job.inst is self:                # not admitted yet: wait for it to decode
+                self._at_boundary.append((job, then, leave))
 
     def _push_segment(self, longest: float) -> None:
         """Keep, for every suffix of past iterations, its longest iteration (monotone stack)."""
@@ -751,7 +746,7 @@ class Instance:
         recompute its whole context when readmitted (vLLM's recompute preemption)."""
         victim = next(reversed(self._decoders))
         self._leave_decoding(victim)
-        victim.enter("recompute", self.env.now)
+        victim.req.enter("recompute", self.env.now)
         self.preemptions += 1
         victim.prefill_left, victim.context = victim.context, 0
         self.pending_prefill_tokens += victim.prefill_left

@@ -65,7 +65,7 @@ class Link:
         self.flows_started += 1
         if nbytes <= 0:
             flow.done = True
-            deliver(self.env, self.latency_s, flow)
+            deliver_later(self.env, self.latency_s, flow)
             return flow
         self._seq += 1
         heapq.heappush(self._heap, (self._mark + flow.size, self._seq, flow))
@@ -249,7 +249,7 @@ class Fabric:
         self.flows_started += 1
         if nbytes <= 0:
             flow.done = True
-            deliver(self.env, self.latency_s, flow)
+            deliver_later(self.env, self.latency_s, flow)
             return flow
         self._flows.append(flow)
         for p in path:
@@ -412,6 +412,12 @@ def deliver(env, latency_s: float, flow: Flow) -> None:
         env.timeout(latency_s, flow).callbacks.append(_arrived)
     else:
         flow.on_delivered()
+
+
+def deliver_later(env, latency_s: float, flow: Flow) -> None:
+    """A flow with nothing to send, started now: it arrives one-way latency later, from an event of
+    its own even on a line without latency (never inside the `send` that started it)."""
+    env.timeout(latency_s, flow).callbacks.append(_arrived)
 
 
 def _arrived(delivery) -> None:

@@ -9,7 +9,8 @@ as a large one: that is what makes unbatched tail chunks expensive. Every runnin
 read too, so decode slows as contexts grow. A MoE's routed experts are grouped GEMMs: each expert an
 iteration touches is read once and pays a fixed cost, so few tokens per expert run far below the
 dense peak, and under expert parallelism the busiest group of experts sets the pace (tokens pick
-experts at random). An instance may split its GPUs into attention data-parallel ranks (each holding its
+experts at random); an iteration launched eagerly also pays a fixed time per MoE layer and per
+routed expert it touches (the routing's bookkeeping and launches every rank does). An instance may split its GPUs into attention data-parallel ranks (each holding its
 requests' KV and a replica of the non-expert weights) with the experts spread over all of them.
 The table model replaces the roofline by measured iteration times interpolated from a CSV.
 """
@@ -23,13 +24,21 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from pddsim.catalog import DTYPE_BYTES, EngineProfile, GpuSpec, ModelSpec
+from pddsim.catalog import BUNDLED, DTYPE_BYTES, Catalog, EngineProfile, GpuSpec, ModelSpec
 from pddsim.errors import InputError
 
 if TYPE_CHECKING:
     from pddsim.config import Perf
 
 ACT_BYTES = 2.0  # activations travel in BF16 in the tensor-parallel all-reduces and all-to-alls
+
+
+def chunk_attention_pairs(context, chunk):
+    """Query-key pairs of a prefill chunk of `chunk` tokens over `context` resident ones: each of
+    its tokens attends to the context, and causally to the chunk (half of it, on average). The
+    engine, the sessions' estimate and the handoff benchmark all price a chunk by it (scalars or
+    arrays)."""
+    return chunk * (context + chunk / 2)
 
 
 class DecodeRun(Protocol):
@@ -123,6 +132,9 @@ class Roofline:
         # a captured graph instead (no floor).
         self.host_s = engine.host_layer_s(gpu.name) * model.layers
         self.eager_moe_s = engine.eager_moe_layer_us / 1e6 * model.moe_layers
+        # and each routed expert it touches pays the engine's per-expert bookkeeping, on every
+        # rank whatever its share of the experts (each rank routes over all of them)
+        self.eager_experts_s = engine.eager_expert_us / 1e6 * model.experts * model.moe_layers
         self.graph_max_batch = engine.graph_max_batch
         self.stream_s = engine.stream_us / 1e6
         # hot-path shortcuts, exact: a dense model's expert terms are 0, and so is the floor of an
@@ -133,9 +145,11 @@ class Roofline:
 
     @classmethod
     def from_config(cls, model: ModelSpec, gpu: GpuSpec, tp: int, perf: Perf,
-                    base_dir: Path = Path("."), dp: int = 1, ep: int = 1) -> Roofline:
-        """The roofline under a config's `perf`: its engine with its overrides."""
-        return cls(model, gpu, tp, perf.engine_profile(), dp, ep)
+                    base_dir: Path = Path("."), dp: int = 1, ep: int = 1,
+                    known: Catalog = BUNDLED) -> Roofline:
+        """The roofline under a config's `perf`: its engine (of the config's catalog, `known`)
+        with its overrides."""
+        return cls(model, gpu, tp, perf.engine_profile(known), dp, ep)
 
     def touched_share(self, tokens):
         """Share of the routed experts an iteration of `tokens` touches (each token picks its
@@ -158,6 +172,11 @@ class Roofline:
     def _routed_compute(self, tokens, mn=min):
         return self.imbalance(tokens, mn) * (tokens * self.s_per_routed_token
                                              + self.s_per_touched * self.touched_share(tokens))
+
+    def _eager_moe(self, tokens):
+        """What an iteration's MoE layers cost when launched eagerly: a fixed time per layer and
+        one per routed expert the iteration touches."""
+        return self.eager_moe_s + self.eager_experts_s * self.touched_share(tokens)
 
     def _floor(self, requests, eager, mx):
         cpu = self.cpu_s + requests * self.cpu_per_request
@@ -189,7 +208,7 @@ class Roofline:
                   + requests * self.s_per_request)
         cpu = 0.0 if self.overlap else requests * self.cpu_per_request
         t = (mx(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s + cpu
-             + self.eager_moe_s * eager)
+             + (self._eager_moe(tokens) if self.eager_experts_s else self.eager_moe_s) * eager)
         return mx(t, self._floor(requests, eager, mx)) if self.floored else t
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
@@ -230,7 +249,7 @@ class Roofline:
         cpu = 0.0 if self.overlap else n * self.cpu_per_request
         eager = n > self.graph_max_batch
         run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s + cpu
-                        + self.eager_moe_s * eager, k)
+                        + self._eager_moe(n) * eager, k)
         if not self.floored:
             return run
         floor = self._floor(n, eager, max)
@@ -251,7 +270,8 @@ class MeasuredTable:
 
     @classmethod
     def from_config(cls, model: ModelSpec, gpu: GpuSpec, tp: int, perf: Perf,
-                    base_dir: Path = Path("."), dp: int = 1, ep: int = 1) -> MeasuredTable:
+                    base_dir: Path = Path("."), dp: int = 1, ep: int = 1,
+                    known: Catalog = BUNDLED) -> MeasuredTable:
         """The config's table (a path relative to the config); the same times for every GPU."""
         assert perf.table is not None       # the config requires it for kind 'table'
         return cls(base_dir / perf.table)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from array import array
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the engine reads a trace entry's fields; it needs no workload code
-    from pddsim.engine.instance import Instance
+    from pddsim.engine.job import Job
     from pddsim.workload.model import TraceRequest
 
 
@@ -57,11 +57,8 @@ class Request:
         "hit_tokens", "hit_tokens_decode", "first_token_s", "last_token_s", "max_gap_s", "tokens_out",
         "finish_s", "failed", "pipeline", "wan_bytes", "wan_bytes_no_drc", "rdma_bytes",
         "handoffs", "handoff_stall_s", "handoff_tail_tokens", "relay_tokens",
-        # engine state on the instance currently serving it
-        "prefill_left", "context", "decode_left", "ready_tokens", "start_iter", "finish_iter",
-        "reserved", "needs_lookup", "uses_cache", "hold", "inst", "decoding",
-        # pipeline scratch (transfers, handoff progress)
-        "state",
+        # the job of the instance serving its stream (engine/job.py)
+        "job",
         # where its time went: current stage, since when, seconds per closed stage, the same
         # frozen at the first token; `log` keeps every (stage, entered_s) for a timeline, or None
         "stage", "stage_s", "stages", "ttft_stages", "log",
@@ -94,19 +91,7 @@ class Request:
         self.handoff_stall_s = 0.0
         self.handoff_tail_tokens = 0
         self.relay_tokens = 0
-        self.prefill_left = 0
-        self.context = 0
-        self.decode_left = 0
-        self.ready_tokens = 0
-        self.start_iter = 0
-        self.finish_iter = 0
-        self.reserved = 0
-        self.needs_lookup = False
-        self.uses_cache = False
-        self.hold = False
-        self.inst: Instance | None = None
-        self.decoding = False
-        self.state: Any = None                # whatever the pipeline keeps for it
+        self.job: Job | None = None
         self.stage = stage
         self.stage_s = arrival_s
         self.stages = array("d", NO_TIME)     # seconds per stage, in STAGES order (no float objects)

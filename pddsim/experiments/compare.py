@@ -2,6 +2,7 @@
 workload's load, or across loads given as fractions of the first system's capacity."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pandas as pd
 from pddsim.config import Config
 from pddsim.errors import InputError
 from pddsim.experiments.capacity import Capacity, at_load, find_capacity, load_knob
-from pddsim.sim import simulate
+from pddsim.sim import prepare_out_dir, simulate
 from pddsim.workload.model import Workload
 
 ROLE_LETTERS = {"prefill": "P", "decode": "D", "relay": "RLD", "colocated": "C"}
@@ -67,10 +68,12 @@ def compare(configs: list[Config], workload: Workload, *, seed: int | None = Non
     `out_dir`: each system's run at the workload's load is written to a subfolder (`pddsim report`
     reads them as one comparison)."""
     summaries = []
+    if out_dir is not None:
+        prepare_out_dir(out_dir, runs_below=True)
     for i, cfg in enumerate(configs):
         result = simulate(cfg, workload, seed, on_progress=on_progress)
         if out_dir is not None:
-            result.write(Path(out_dir) / f"{i + 1}-{cfg.name}")
+            result.write(Path(out_dir) / run_folder(i, cfg.name))
         summary = result.summary
         summary["split"] = split_label(cfg)
         if capacity:
@@ -81,6 +84,12 @@ def compare(configs: list[Config], workload: Workload, *, seed: int | None = Non
                 summary["capacity_lower_bound_rps"] = cap.lower_bound_rps
         summaries.append(summary)
     return summaries
+
+
+def run_folder(i: int, name: str) -> str:
+    """The subfolder of the `i`-th system's run: its name with anything but letters, digits, '.',
+    '-' and '_' replaced, so that no name (`../x`) writes outside the folder."""
+    return f"{i + 1}-" + re.sub(r"[^\w.-]", "_", name)
 
 
 def split_label(cfg: Config) -> str:

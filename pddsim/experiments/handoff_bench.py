@@ -37,7 +37,7 @@ import simpy
 
 from pddsim import catalog
 from pddsim.config import BackgroundLoad, Config, LinkConfig, Perf
-from pddsim.engine.perf import Roofline
+from pddsim.engine.perf import Roofline, chunk_attention_pairs
 from pddsim.errors import InputError
 from pddsim.system.deployment import make_link
 
@@ -149,7 +149,7 @@ def _md_iterations(spec: HandoffBenchSpec) -> tuple[float, float]:
                                     spec.perf)
     b, ctx, n = spec.md_batch, spec.md_context, spec.tokens
     decode = roofline.iteration(b, b * ctx, b * ctx, b * ctx)
-    extend = roofline.iteration(b + n, b * ctx + n * (ctx + n / 2), (b + 1) * ctx, b * ctx)
+    extend = roofline.iteration(b + n, b * ctx + chunk_attention_pairs(ctx, n), (b + 1) * ctx, b * ctx)
     return decode, extend
 
 

@@ -82,7 +82,6 @@ def _run_point(shared: tuple[Workload | None, bool, int | None], cfg: Config) ->
     workload, capacity, seed = shared
     summary = compare([cfg], load_workload(cfg) if workload is None else workload,
                       seed=seed, capacity=capacity)[0]
-    del summary["wall_s"]          # host timing: the table must not depend on --jobs
     return json.loads(json.dumps(summary, default=float))   # plain values, as the cache keeps them
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -12,7 +13,7 @@ from pddsim import catalog
 from pddsim.config import Config, InstanceGroup, LinkConfig, RdmaConfig
 from pddsim.engine.daemons import Daemons
 from pddsim.engine.instance import Instance
-from pddsim.engine.network import Fabric, Flow, Link, background_load
+from pddsim.engine.network import Fabric, FabricFlow, Flow, Link, background_load
 from pddsim.engine.perf import PERF_MODELS
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.errors import InputError
@@ -56,6 +57,13 @@ class Deployment:
         if src.cluster == dst.cluster:
             return self.rdma[src.cluster].send(src, dst, nbytes, on_delivered)
         return self._wan().send(nbytes, on_delivered)
+
+    def cancel(self, src: Instance, dst: Instance, flow: Flow) -> None:
+        """Stop a transfer `send` started from `src` to `dst`."""
+        if src.cluster == dst.cluster:
+            self.rdma[src.cluster].cancel(cast(FabricFlow, flow))
+        else:
+            self._wan().cancel(flow)
 
     def expected_transfer_s(self, src: Instance, dst: Instance, nbytes):
         """What `nbytes` from `src` to `dst` take on an idle network."""
@@ -182,19 +190,22 @@ def startup_s(model: catalog.ModelSpec, group: InstanceGroup, gpus_per_node: int
     return st.init_s + load_s
 
 
-def build(env, cfg: Config, hooks, seed: int) -> Deployment:
+def build(env, cfg: Config, seed: int, tracer=None) -> Deployment:
+    """The deployment `cfg` describes in `env`; `tracer`: a timeline its instances tell of every
+    segment, when one is kept."""
     model = cfg.served_model()
     dep = Deployment(model=model, daemons=Daemons(env))
     for cname, cluster in cfg.clusters.items():
-        gpu = catalog.gpu(cluster.gpu)
+        gpu = cfg.catalog.gpu(cluster.gpu)
         perf_cfg = cluster.perf or cfg.perf        # a cluster of other GPUs needs its own table
         members = []
         for gi, group in enumerate(cluster.instances):
             where = f"clusters.{cname}.instances.{gi}"
-            engine = perf_cfg.engine_profile()
+            engine = cfg.engine_profile(perf_cfg)
             capacity = kv_capacity_tokens(cfg, model, gpu, group, engine, where)
             perf = PERF_MODELS[perf_cfg.kind].from_config(model, gpu, group.tp, perf_cfg,
-                                                          Path(cfg.base_dir), group.dp, group.ep)
+                                                          Path(cfg.base_dir), group.dp, group.ep,
+                                                          cfg.catalog)
             cache_tokens, tier = cache_size(cfg, model, cluster, group, capacity, where)
             host = cluster.host_memory if tier == "host" else None
             pool = dep.pools.setdefault(group.role, Pool())
@@ -207,7 +218,7 @@ def build(env, cfg: Config, hooks, seed: int) -> Deployment:
                                 kv_capacity_tokens=capacity,
                                 batching=group_batching(cfg, group, engine),
                                 cache=PrefixCache(cache_tokens) if cache_tokens else None,
-                                hooks=hooks, host_load=load,
+                                host_load=load, tracer=tracer,
                                 kv_bytes_per_token=model.kv_bytes_per_token,
                                 scheduler=engine.scheduler, admission=engine.admission,
                                 reserve_share=engine.reserve_share)
@@ -233,8 +244,8 @@ def check_fits(cfg: Config) -> int:
     model = cfg.served_model()
     largest = 0
     for cname, cluster in cfg.clusters.items():
-        gpu = catalog.gpu(cluster.gpu)
-        engine = (cluster.perf or cfg.perf).engine_profile()
+        gpu = cfg.catalog.gpu(cluster.gpu)
+        engine = cfg.engine_profile(cluster.perf)
         for gi, group in enumerate(cluster.instances):
             where = f"clusters.{cname}.instances.{gi}"
             tokens = kv_capacity_tokens(cfg, model, gpu, group, engine, where)

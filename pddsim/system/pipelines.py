@@ -1,22 +1,33 @@
 """How a request travels through a deployment. Each system is a pipeline: it dispatches arrivals to
-a pool, and instances call it back when a request's prefill is done, when it finishes, or when it
-cannot be served. Every request ends exactly once, through `_end`."""
+a pool as jobs (engine/job.py), and each job tells it when its prefill is done and its KV held,
+when it finishes, or when it cannot be served. Every request ends exactly once, through `_end`."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
+from pddsim.engine.instance import Instance
+from pddsim.engine.job import Job
+from pddsim.engine.network import Flow
 from pddsim.engine.request import Request, Route
 from pddsim.system.deployment import Deployment
 from pddsim.system.faults import TRANSFER_TIMEOUT
 
+# the stages a job's request is in while the job waits for an instance, and while it decodes there
+# (an admitted prompt is in "prefill", a preempted decoder in "recompute": the engine's own)
+ENTRY_STAGES = ("prefill_queue", "decode")
+DECODE_STAGES = ("decode_queue", "decode")
+
 
 class Pipeline:
-    def __init__(self, env, routers: dict, on_end: Callable[[Request], None]):
+    def __init__(self, env, dep: Deployment, routers: dict, on_end: Callable[[Request], None],
+                 tracer=None):
+        """`tracer`: a timeline told of every transfer, when one is kept."""
         self.env = env
+        self.dep = dep
         self.routers = routers
         self.on_end = on_end
-        self.dep: Deployment                 # set once built: instances need the pipeline first
-        self.tracer = None                   # a timeline told of every transfer, when one is kept
+        self.tracer = tracer
         self.leftovers = 0                   # work of ended requests still running (it drains)
         self._drained = None
         self.faults = None                   # the run's FaultInjector, when faults are configured
@@ -56,15 +67,22 @@ class Pipeline:
     def dispatch(self, req: Request) -> None:
         raise NotImplementedError
 
-    def prefill_done(self, req: Request, inst) -> None:
-        raise NotImplementedError
+    def job(self, req: Request, stages: tuple[str, str], on_held: Callable[[Job], None] | None = None,
+            ) -> Job:
+        """A job streaming `req` (its queue and decode stages), whose end is the request's."""
+        if on_held is None:
+            return Job(req, on_finished=self.finished, on_failed=self.failed, queue_stage=stages[0],
+                       decode_stage=stages[1])
+        return Job(req, on_finished=self.finished, on_failed=self.failed, on_held=on_held,
+                   queue_stage=stages[0], decode_stage=stages[1])
 
-    def finished(self, req: Request, inst) -> None:
-        self._end(req)
+    def finished(self, job: Job) -> None:
+        self._end(job.req)
 
-    def failed(self, req: Request, inst, reason: str) -> None:
-        req.failed = f"{inst.name}: {reason}"
-        self._end(req)
+    def failed(self, job: Job, reason: str) -> None:
+        assert job.inst is not None
+        job.req.failed = f"{job.inst.name}: {reason}"
+        self._end(job.req)
 
     def give_up(self, req: Request, reason: str) -> None:
         """End a request that cannot go on (a fault): what its attempt holds is let go, and it
@@ -79,7 +97,12 @@ class Pipeline:
 
     def lost_with(self, req: Request, inst) -> bool:
         """Does `inst` dying lose the request's attempt (before it is wiped)?"""
-        return req.inst is inst
+        return req.job is not None and req.job.inst is inst
+
+    def refers(self, req: Request, inst) -> bool:
+        """Will `req` still use `inst`: its job is on it, or the pipeline's state for it names it
+        (a transfer's ends, a PDD request's P, RLD or MD)?"""
+        return req.job is not None and req.job.inst is inst
 
     def instance_lost(self, inst) -> None:
         """`inst` is about to be wiped: work of ended requests on it is lost too."""
@@ -95,7 +118,8 @@ class Pipeline:
     def _end(self, req: Request) -> None:
         req.finish_s = self.env.now
         req.close_stages(self.env.now)
-        req.inst = None
+        if req.job is not None:
+            req.job.inst = None
         self.on_end(req)
 
 
@@ -105,7 +129,17 @@ class Colocated(Pipeline):
     def dispatch(self, req: Request) -> None:
         req.pipeline = Route.COLOCATED
         inst = self.routers["prefill"].pick(self.dep.pools["colocated"], req)
-        inst.submit(req, prefill=req.input_tokens, decode=req.output_tokens, context=0, use_cache=True)
+        inst.submit(self.job(req, ENTRY_STAGES), prefill=req.input_tokens, decode=req.output_tokens,
+                    context=0, use_cache=True)
+
+
+@dataclass
+class Shipment:
+    """A PD request's prompt KV on its way from its prefill instance to its decoder."""
+    p: Instance
+    p_job: Job                           # holds the KV on `p` until it has landed
+    d: Instance | None = None            # None: parked until a decoder is up (faults)
+    flow: Flow | None = None
 
 
 class Disaggregated(Pipeline):
@@ -113,39 +147,55 @@ class Disaggregated(Pipeline):
     cluster) or the WAN, decode on a decode instance, which streams to the user. The first token,
     made by the prefill, reaches the user when the decode instance takes the request."""
 
-    def dispatch(self, req: Request) -> None:
-        req.pipeline = Route.P_D
-        inst = self.routers["prefill"].pick(self.dep.pools["prefill"], req)
-        inst.submit(req, prefill=req.input_tokens, decode=0, context=0, use_cache=True, hold=True)
+    def __init__(self, env, dep: Deployment, routers: dict, on_end: Callable[[Request], None],
+                 tracer=None):
+        super().__init__(env, dep, routers, on_end, tracer)
+        self._shipping: dict[Request, Shipment] = {}
 
-    def prefill_done(self, req: Request, p) -> None:
+    def dispatch(self, req: Request) -> None:
+        self.stamp(req)
+        inst = self.routers["prefill"].pick(self.dep.pools["prefill"], req)
+        inst.submit(self.job(req, ENTRY_STAGES, on_held=self.prefill_done), prefill=req.input_tokens,
+                    decode=0, context=0, use_cache=True, hold=True)
+
+    def stamp(self, req: Request) -> None:
+        """PD has one route, decided as the request arrives."""
+        req.pipeline = Route.P_D
+
+    def prefill_done(self, job: Job) -> None:
+        req, p = job.req, job.inst
+        assert p is not None
         if not self.dep.pools["decode"]:          # every decode instance is down (faults):
             assert self.faults is not None        # its KV waits on P for one to restart
-            req.state = (p, None, None)
-            self.faults.park(req, lambda: self.prefill_done(req, p))
+            self._shipping[req] = Shipment(p, job)
+            self.faults.park(req, lambda: self.prefill_done(job))
             return
         d = self.routers["decode"].pick(self.dep.pools["decode"], req)
-        req.state = (p, d, None)             # first: KV the decode side holds whole lands at once
-        flow = self.ship_kv(req, p, d, lambda: self._kv_arrived(req, p, d), streams=True)
-        if req.state is not None:            # still on its way
-            req.state = (p, d, flow)
+        st = self._shipping[req] = Shipment(p, job, d)
+        st.flow = self.ship_kv(req, p, d, lambda: self._kv_arrived(st), streams=True)
 
     def lost_with(self, req: Request, inst) -> bool:
-        return req.inst is inst or (req.state is not None and req.state[1] is inst)
+        st = self._shipping.get(req)
+        return super().lost_with(req, inst) or (st is not None and st.d is inst)
+
+    def refers(self, req: Request, inst) -> bool:
+        st = self._shipping.get(req)
+        return super().refers(req, inst) or (st is not None and inst in (st.p, st.d))
 
     def abandon(self, req: Request) -> None:
         """A prompt's KV on its way: the transfer is cancelled, the prefill side frees it."""
-        if req.state is None:
+        st = self._shipping.pop(req, None)   # its delivery, if under way, finds it abandoned
+        if st is None:
             return
-        p, d, flow = req.state
-        req.state = None                     # its delivery, if under way, finds it abandoned
+        flow = st.flow
         if flow is not None and not flow.done:
-            self.dep.carrier(p, d).cancel(flow)
-            if p.cluster == d.cluster:
-                d.add_inbound(-req.input_tokens)
-        p.release(req)
+            assert st.d is not None
+            self.dep.cancel(st.p, st.d, flow)
+            if st.p.cluster == st.d.cluster:
+                st.d.add_inbound(-req.input_tokens)
+        st.p.release(st.p_job)
 
-    def ship_kv(self, req: Request, src, dst, on_arrival, *, streams: bool) -> object:
+    def ship_kv(self, req: Request, src, dst, on_arrival, *, streams: bool) -> Flow:
         """Send the prompt KV that `dst` lacks (a decode-side cache holds the rest). `streams`:
         `dst` is where the user's stream goes next, so the request waits on this transfer."""
         have = dst.cached_tokens(req)
@@ -170,23 +220,28 @@ class Disaggregated(Pipeline):
             on_arrival()
         return self.send(src, dst, nbytes, landed, req, "prompt KV")
 
-    def _kv_arrived(self, req: Request, p, d) -> None:
-        if req.state is None:                # abandoned (a fault) while its last bytes flew
+    def _kv_arrived(self, st: Shipment) -> None:
+        req = st.p_job.req
+        if self._shipping.get(req) is not st:    # abandoned (a fault) while its last bytes flew
             return
-        req.state = None
-        p.release(req)
-        self.kv_landed(req, d)
-        self.start_decode(req, d)
+        del self._shipping[req]
+        st.p.release(st.p_job)
+        assert st.d is not None
+        self.kv_landed(req, st.d)
+        self.start_decode(req, st.d)
 
     @staticmethod
     def kv_landed(req: Request, dst) -> None:
         """The prompt's KV is on `dst`: its decode-side cache (if any) keeps it for later turns."""
         dst.keep_in_cache(req)
 
-    def start_decode(self, req: Request, d) -> None:
-        """`d` holds the prompt's KV: it streams the prefill's token, then decodes the rest."""
+    def start_decode(self, req: Request, d, stages: tuple[str, str] = DECODE_STAGES) -> Job | None:
+        """`d` holds the prompt's KV: it streams the prefill's token, then decodes the rest (its
+        job; None when that token was the last)."""
         if req.output_tokens == 1:
             req.emit(self.env.now)
             self._end(req)
-            return
-        d.submit(req, prefill=0, decode=req.output_tokens - 1, context=req.input_tokens + 1, ready=1)
+            return None
+        job = self.job(req, stages)
+        d.submit(job, prefill=0, decode=req.output_tokens - 1, context=req.input_tokens + 1, ready=1)
+        return job

@@ -87,19 +87,15 @@ class Elastic:
     def _follow_schedule(self, gs: GroupState):
         """Set the wanted count at each hour the schedule names, day after day."""
         sc = gs.group.spec.scaling
-        hours = sorted(sc.schedule)
         day = sc.day_s
+        at = sorted((h / 24 * day, n) for h, n in sc.schedule.items())   # (second of the day, count)
         daemons = self.dep.daemons
         assert daemons is not None
         while True:
-            now = self.env.now
-            into = now % day
-            hour = into / day * 24
-            current = max((h for h in hours if h <= hour), default=hours[-1])
-            self.set_wanted(gs, sc.schedule[current])
-            later = [h for h in hours if h > hour]
-            next_s = (later[0] / 24 * day if later else day + hours[0] / 24 * day) - into
-            yield daemons.sleep(next_s)
+            into = self.env.now % day
+            self.set_wanted(gs, max(((s, n) for s, n in at if s <= into), default=at[-1])[1])
+            later = [s for s, _ in at if s > into]
+            yield daemons.sleep((later[0] if later else day + at[0][0]) - into)   # > 0
             if not daemons.keep_going():
                 return
 
@@ -238,12 +234,15 @@ class Elastic:
         if inst.kv_in_use or inst.waiting or inst.prefilling or inst.inbound_tokens or \
                 self.pipeline.leftovers:
             return False
-        return not any(_refers(req, inst) for req in self.in_flight.values())
+        return not any(self.pipeline.refers(req, inst) for req in self.in_flight.values())
 
     def _release(self, inst: Instance) -> None:
         self.state[inst] = OFF
         self.held[inst][-1][1] = self.env.now
         self._update_short(self.group_of[inst])
+
+    def is_held(self, inst: Instance) -> bool:
+        return self.state[inst] != OFF
 
     # -- pools, shared with faults --------------------------------------------------------------------
     def _is_down(self, inst: Instance) -> bool:
@@ -322,21 +321,6 @@ class Elastic:
         out["short_s"] = _union_s(intervals)
         out["requests_while_short_share"] = _overlap_share(intervals, arrival_s, finish_s)
         return out
-
-
-def _refers(req: Request, inst: Instance) -> bool:
-    """Will `req` still use `inst`: it is on it, or the pipeline's state for it names it (a
-    transfer's ends, a PDD request's P, RLD or MD)."""
-    if req.inst is inst:
-        return True
-    st = req.state
-    if st is None:
-        return False
-    if isinstance(st, tuple):
-        return inst in st
-    shadow = getattr(st, "shadow", None)
-    return inst in (getattr(st, "p", None), getattr(st, "rld", None), getattr(st, "md", None),
-                    shadow.inst if shadow is not None else None)
 
 
 def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The latest simulated time (s) the clock, a float, resolves to a microsecond (~272 years): a
+# workload replayed past it would have its latencies rounded away.
+CLOCK_LIMIT_S = 2.0 ** 33
+
 
 @dataclass(frozen=True, slots=True)
 class TraceRequest:

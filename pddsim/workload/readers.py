@@ -25,6 +25,7 @@ import csv
 import json
 import lzma
 import math
+import re
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import MISSING, dataclass, fields, replace
@@ -36,6 +37,7 @@ from typing import Any, Callable
 
 from pddsim.errors import InputError
 from pddsim.intmath import ceil_div
+from pddsim.schema import TOO_MANY_DIGITS
 from pddsim.workload.model import TraceRequest, Workload
 
 FORMATS = ("auto", "mooncake", "azure", "native", "agent")
@@ -231,12 +233,23 @@ def _jsonl(path: Path):
                 raise InputError(f"{where}: not UTF-8 text") from None
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{where}: bad JSON: {e.msg}") from None
+            obj = _parse_json(line, where)
             _keys(obj, where, ())
             yield where, obj
+
+
+def _parse_json(text: str, where: str):
+    """JSON text as Python objects; malformed text, an integer of more digits than Python converts
+    (4,300) or nesting deeper than the decoder's stack are one InputError line."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:        # a JSONL line's `where` names the line already
+        detail = e if "\n" in text.rstrip() else e.msg
+        raise InputError(f"{where}: bad JSON: {detail}") from None
+    except ValueError:                       # the only other: an integer past the digit limit
+        raise InputError(f"{where}: bad JSON: {TOO_MANY_DIGITS}") from None
+    except RecursionError:
+        raise InputError(f"{where}: bad JSON: nested too deep") from None
 
 
 def _by_arrival(requests: list[TraceRequest]) -> list[TraceRequest]:
@@ -280,35 +293,51 @@ def _read_native(path: Path, repairs: Counter) -> list[TraceRequest]:
 
 
 def _read_azure(path: Path, repairs: Counter) -> list[TraceRequest]:
-    """Arrivals are seconds since the earliest row; the fraction is parsed apart (it has 7 digits)."""
+    """Arrivals are seconds since the earliest row; the fraction is parsed apart (it has 7 digits).
+    Counts and stamps are ASCII digits, and every stamp names a time zone or none does."""
     rows = []
     with _open(path) as f:
         reader = csv.reader(f)
-        header = next(reader, [])
-        for row in reader:
-            if not row:
-                continue
-            where = f"{path}:{reader.line_num}"
-            obj = dict(zip(header, row))
-            _keys(obj, where, AZURE_COLUMNS)
-            whole, _, fraction = obj["TIMESTAMP"].partition(".")
-            try:
-                stamp = datetime.fromisoformat(whole)
-            except ValueError:
-                stamp = None
-            if stamp is None or fraction and not fraction.isdigit():
-                raise InputError(f"{where}: bad TIMESTAMP {obj['TIMESTAMP']!r}")
-            counts = {k: int(obj[k]) if obj[k].strip().lstrip("-").isdigit() else obj[k]
-                      for k in AZURE_COLUMNS[1:]}
-            rows.append((stamp, float("0." + (fraction or "0")), where,
-                         _int(counts, "ContextTokens", where), _int(counts, "GeneratedTokens", where)))
+        try:
+            header = next(reader, [])
+            for row in reader:
+                if not row:
+                    continue
+                where = f"{path}:{reader.line_num}"
+                rows.append((*_azure_row(dict(zip(header, row)), where), where))
+        except csv.Error as e:
+            raise InputError(f"{path}:{reader.line_num}: bad CSV: {e}") from None
     if not rows:
         return []
+    aware = rows[0][0].tzinfo is not None
+    for stamp, *_, where in rows:
+        if (stamp.tzinfo is not None) != aware:
+            raise InputError(f"{where}: TIMESTAMP {'lacks' if aware else 'has'} a time zone, "
+                             f"unlike {rows[0][-1]}'s")
     stamp0, fraction0 = min(row[:2] for row in rows)
     return _by_arrival([
         _request(where, repairs, hashes_required=False, input_tokens=context, output_tokens=generated,
                  arrival_s=(stamp - stamp0).total_seconds() + fraction - fraction0)
-        for stamp, fraction, where, context, generated in rows])
+        for stamp, fraction, context, generated, where in rows])
+
+
+_ASCII_INT = re.compile(r"-?[0-9]+")
+
+
+def _azure_row(obj: dict, where: str) -> tuple[datetime, float, int, int]:
+    """(stamp to the second, its fraction, context tokens, generated tokens) of one row."""
+    _keys(obj, where, AZURE_COLUMNS)
+    whole, _, fraction = obj["TIMESTAMP"].partition(".")
+    try:
+        stamp = datetime.fromisoformat(whole) if whole.isascii() else None
+    except ValueError:
+        stamp = None
+    if stamp is None or fraction and not (fraction.isascii() and fraction.isdigit()):
+        raise InputError(f"{where}: bad TIMESTAMP {obj['TIMESTAMP']!r}")
+    counts = {k: int(obj[k]) if _ASCII_INT.fullmatch(obj[k].strip()) else obj[k]
+              for k in AZURE_COLUMNS[1:]}
+    return (stamp, float("0." + (fraction or "0")), _int(counts, "ContextTokens", where),
+            _int(counts, "GeneratedTokens", where))
 
 
 _FLAT_READERS = {"mooncake": _read_mooncake, "native": _read_native, "azure": _read_azure}
@@ -458,11 +487,10 @@ class _Conversation:
 def _load_json(file: Path):
     try:
         with _open(file) as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{file}: bad JSON: {e}") from None
+            text = f.read()
     except _READ_ERRORS as e:
         raise InputError(f"{file}: cannot read: {e}") from None
+    return _parse_json(text, str(file))
 
 
 def _read_agent(path: Path, limit: int | None, shared_prefix: bool,
@@ -477,7 +505,10 @@ def _read_agent(path: Path, limit: int | None, shared_prefix: bool,
     for file in files:
         if limit is not None and len(requests) >= limit:
             break
-        conversation = _Conversation(file, _load_json(file), shared_prefix, repairs)
+        try:
+            conversation = _Conversation(file, _load_json(file), shared_prefix, repairs)
+        except RecursionError:               # sub-agents nested deeper than the stack goes
+            raise InputError(f"{file}: sub-agents nested too deep") from None
         requests += conversation.requests(sessions, len(requests), ids, shared)
         sessions += 1
     return requests, sessions

@@ -16,6 +16,7 @@ from pddsim.config import (
     BenchmarkSynthetic,
     PoissonSpec,
     Synthetic,
+    parse_diurnal,
     parse_drift,
 )
 from pddsim.intmath import ceil_div
@@ -70,10 +71,25 @@ def poisson(spec: PoissonSpec, seed: int) -> Workload:
                     extra={"generator": "poisson", "seed": seed})
 
 
+def day_time(flat_s: np.ndarray, curve: str, day_s: float) -> np.ndarray:
+    """Points of a Poisson process of constant rate r (times `flat_s`) moved to where a process of
+    rate r x m(t) puts them, m the day curve (time rescaling: t = W^-1(s), W(t) the integral of
+    m from 0 to t; W is piecewise quadratic, inverted exactly on the curve's points and on a
+    one-minute grid between them, linearly)."""
+    hours, multipliers = parse_diurnal(curve)
+    grid_h = np.union1d(np.linspace(0.0, 24.0, 24 * 60 + 1), hours)
+    rate = np.interp(grid_h, hours, multipliers, period=24.0)
+    grid_s = grid_h / 24.0 * day_s
+    integral = np.concatenate(([0.0], np.cumsum(np.diff(grid_s) * (rate[1:] + rate[:-1]) / 2)))
+    per_day = integral[-1]
+    days = np.floor(flat_s / per_day)
+    return days * day_s + np.interp(flat_s - days * per_day, integral, grid_s)
+
+
 def agent_workload(spec: AgentSpec, seed: int, starts: np.ndarray | None = None) -> Workload:
     """Multi-turn Agent sessions; each turn follows the previous one and extends its hash chain.
     `starts`: the sessions' start times (default: `spec.sessions` Poisson starts at
-    `spec.session_rate`, the first at 0).
+    `spec.session_rate`, the first at 0), moved along the day curve when `spec.diurnal` is set.
 
     `arrival_s` is an open-loop estimate (session start + the earlier turns' think and estimated
     service times); closed-loop replay uses `follows` and `think_s` instead.
@@ -82,6 +98,8 @@ def agent_workload(spec: AgentSpec, seed: int, starts: np.ndarray | None = None)
     if starts is None:
         starts = np.cumsum(rng.exponential(1 / spec.session_rate, spec.sessions))
         starts -= starts[0]
+    if spec.diurnal:
+        starts = day_time(starts, spec.diurnal, spec.day_s)
     n_sessions = len(starts)
     if not n_sessions:
         return Workload([], source=f"agent(seed={seed})", extra={"generator": "agent", "seed": seed})
