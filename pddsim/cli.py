@@ -39,7 +39,10 @@ EXAMPLES = {
     "bench perf": "pddsim bench perf --against benchmarks/measured/iterations.csv --engine vllm",
     "bench serve": "pddsim bench serve --against aic_silicon_fit.csv --limit 50",
     "bathtub": "pddsim bathtub paper/pdd --hits 0:1:0.1 --plot bathtub.png",
-    "report": "pddsim run pdd --out runs/pdd && pddsim report runs/pdd -o pdd.html",
+    "report": "pddsim run pdd --out runs/pdd && pddsim report runs/pdd -o pdd.html\n"
+              "  pddsim report plan -o plan.html   # a plan's --out: its heatmap and Pareto front",
+    "diff": "pddsim run pdd --out runs/a && pddsim run pdd --seed 1 --out runs/b && "
+            "pddsim diff runs/a runs/b -o diff.html",
     "perf": "pddsim perf import --from vidur mlp.csv attention.csv --model llama-3.1-70b "
             "--gpu h100-sxm --tp 1 -o table.csv",
     "catalog": "pddsim catalog list gpus\n  pddsim catalog show h800\n"
