@@ -9,6 +9,7 @@ the trace is read as if there were no cache.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -36,7 +37,7 @@ def load(name: str) -> bytes | None:
     path = directory() / name
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):     # no such entry (the latter: nor such a folder)
         return None
     except OSError as e:
         _say("unreadable", f"cannot read trace cache entry {path} ({e.strerror}); reading the trace")
@@ -58,7 +59,8 @@ def store(name: str, payload: bytes) -> None:
     except OSError as e:
         _say("unwritable", f"cannot write the trace cache in {path.parent} ({e.strerror}); "
                            "traces are read uncached")
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def damaged(name: str, why: str) -> None:
