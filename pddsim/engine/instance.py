@@ -582,7 +582,7 @@ class Instance:
                 self._preempt_newest()
                 return None, None
             budget = self.token_budget - decoding
-            chunks = []
+            chunks: list[tuple[Job, int]] = []
             tokens, pairs, kv_read = (n, ctx, ctx) if decoding else (0, 0, 0)
             for job in self.prefilling:
                 if budget <= 0 or (chunks and not self.pack_chunks):

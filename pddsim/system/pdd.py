@@ -94,7 +94,7 @@ class PDD(Disaggregated):
             req.pipeline = Route.P_RLD          # degraded mode: nothing can cross the WAN now
         else:
             lacking = (req.input_tokens - md.cached_tokens(req)) * self.dep.model.kv_bytes_per_token
-            req.pipeline = self.paths.choose(req, lacking, self.dep.wan)
+            req.pipeline = self.paths.choose(req, lacking, self.wan)
         if req.pipeline != Route.P_MD and not pools["relay"]:    # every RLD is down (faults)
             req.pipeline = Route.P_MD
         if req.pipeline != Route.P_MD:
