@@ -6,6 +6,7 @@ its records without keeping its Request objects.
 from __future__ import annotations
 
 from array import array
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -64,8 +65,9 @@ class Recorder:
             self._flush()
 
     def _flush(self) -> None:
-        for rows, columns, dtype in ((self._float_rows, self.floats, np.float64),
-                                     (self._int_rows, self.ints, np.int64)):
+        groups: tuple[tuple[array, dict[str, array], Any], ...] = (
+            (self._float_rows, self.floats, np.float64), (self._int_rows, self.ints, np.int64))
+        for rows, columns, dtype in groups:
             table = np.frombuffer(rows, dtype=dtype).reshape(-1, len(columns))
             for k, column in enumerate(columns.values()):
                 column.frombytes(table[:, k].tobytes())

@@ -21,6 +21,16 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def trace_cache_dir(tmp_path_factory):
+    """The parsed-trace cache of every test (and of the commands tests run) in a directory of the
+    test session's own, never the user's."""
+    with pytest.MonkeyPatch.context() as mp:
+        directory = tmp_path_factory.mktemp("trace-cache")
+        mp.setenv("PDDSIM_CACHE_DIR", str(directory))
+        yield directory
+
+
 def linear_table(path: Path, base: float, per_token: float) -> Path:
     rows = ["phase,tokens,context,time_s"]
     for phase in ("prefill", "decode"):

@@ -3,7 +3,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from pddsim.config import bundled
+from pddsim.errors import InputError
+from pddsim.sim import simulate
+from pddsim.workload.model import TraceRequest, Workload
 
 
 def _run(*args, timeout=60):
@@ -20,3 +25,34 @@ def test_a_one_token_prompt_late_in_a_cross_dc_run_finishes(tmp_path):
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out.get("summary", out)["requests_completed"] == 1
+
+
+CROSS_SESSION = [   # request 2 (session 0) follows request 1 (session 1)
+    {"arrival_s": 0, "input_tokens": 100, "output_tokens": 5, "session_id": 0},
+    {"arrival_s": 1, "input_tokens": 100, "output_tokens": 5, "session_id": 1},
+    {"arrival_s": 2, "input_tokens": 100, "output_tokens": 5, "session_id": 0, "follows": 1},
+]
+
+
+@pytest.mark.parametrize("follower", [
+    {"session_id": 0, "follows": 1},        # a turn of another session
+    {"follows": 1},                          # no session at all
+])
+def test_a_turn_following_another_session_is_refused_at_read_time(tmp_path, input_error, follower):
+    # one session at a time, closed loop: session 0 waited for a turn of session 1, which could
+    # only start once session 0 had ended (SimPy: no scheduled events left, exit 1)
+    trace = tmp_path / "cross.jsonl"
+    rows = CROSS_SESSION[:2] + [{"arrival_s": 2, "input_tokens": 100, "output_tokens": 5, **follower}]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    p = _run("run", bundled("same_dc_pd.yaml"), "--trace", trace, "--quiet", "--set",
+             "workload.replay=closed", "--set", "workload.session_start=concurrent",
+             "--set", "workload.concurrent_sessions=1")
+    input_error(p.returncode, p.stderr, "cross.jsonl:3", "'follows'")
+
+
+def test_a_workload_built_with_a_cross_session_turn_is_refused_by_the_replay(make_config):
+    w = Workload([TraceRequest(**r) for r in CROSS_SESSION], sessions=2)
+    cfg = make_config(workload__replay="closed", workload__session_start="concurrent",
+                      workload__concurrent_sessions=1)
+    with pytest.raises(InputError, match="request 2 follows request 1"):
+        simulate(cfg, w)

@@ -22,8 +22,9 @@ DELTA_SENT, DELTA_LANDS = 2.2394, 2.2494
 IDS_SENT, IDS_LAND = 2.2577, 2.2677
 
 
-def catch_up(make_config, faults: dict | None = None, rtt_ms=20, **pdd):
+def catch_up(make_config, faults: dict | None = None, rtt_ms=20, rdma_rtt_ms=0.0, **pdd):
     return make_config(roles=PDD_ROLES, two_clusters=True, wan={"bandwidth_gbps": 10, "rtt_ms": rtt_ms},
+                       clusters__a__rdma={"bandwidth_gbps": 400, "rtt_ms": rdma_rtt_ms},
                        prefix_cache={"decode_tokens": None},
                        pdd={"handoff": "catch_up", "path_policy": "always_relay",
                             "catch_up_tokens": 16, **pdd},
@@ -210,3 +211,35 @@ def test_with_every_md_and_rld_down_for_good_the_request_fails_after_its_retries
     r = res.requests.iloc[0]
     assert r.status == "failed" and r.failure == "instance_failed"
     assert res.summary["retries"] == 2
+
+
+# ---- an attempt owns its transfers: abandoning it, or leaving a path, lets go of exactly them ------
+
+def test_with_the_rdma_down_for_good_requests_go_to_the_md_and_their_relay_copy_is_cancelled(
+        make_config, make_workload):
+    """Every prompt's copy to the RLD stalls; each request's delta lands on the MD, which takes it.
+    The copy still heading for the RLD is cancelled and the P frees the prompt's KV (it used to
+    stay held: the P filled up and later requests failed as stalled)."""
+    cfg = catch_up(make_config, {"events": [{"kind": "link_down", "link": "rdma:a", "start_s": 0.0,
+                                             "duration_s": None}]}, handoff="one_shot")
+    w = make_workload(*[(0.5 * i, 6000, 50) for i in range(12)])
+    res = simulate(cfg, w, seed=0, check_invariants=True)
+    df = res.requests
+    assert (df.status == "completed").all() and (df.pipeline == "p_md").all()
+    assert res.links["rdma:a"]["bytes"] == 0
+
+
+def test_a_relay_copy_landing_after_its_prefill_died_frees_nothing_twice(make_config, make_workload):
+    """The P dies as the prompt's last bytes fly to the RLD (1 ms one way): the attempt is lost
+    and starts over; the copy's late delivery must not free the dead P's KV again (the P's KV
+    went negative)."""
+    cfg = catch_up(make_config, rdma_rtt_ms=2)
+    base = run(cfg, make_workload)
+    sent, lands = transfers(base, "prompt KV")[0]
+    assert lands - sent > 0.001
+    faulted = catch_up(make_config, {"events": [down("a/prefill0", lands - 0.0005, 1.0)]},
+                       rdma_rtt_ms=2)
+    res = run(faulted, make_workload)
+    r = res.requests.iloc[0]
+    assert r.status == "completed" and r.tokens_out == 2000
+    assert res.summary["retries"] == 1

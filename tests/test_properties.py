@@ -14,12 +14,35 @@ from pddsim.workload.model import TraceRequest, Workload
 GPUS = ("h100-sxm", "h200", "a100-80gb", "mi300x")
 
 
+def scalings(count: int):
+    """A scaling policy for a group of `count`: a schedule over a 10 s day or a reactive
+    controller polling every 0.5-2 s, up to 2 more instances, starting in 0.5-3 s."""
+    startup = st.fixed_dictionaries({"weights_from": st.just("host"), "host_gb_per_s": st.just(1e3),
+                                     "init_s": st.sampled_from((0.5, 3.0))})
+    most = st.integers(count, count + 2)
+    schedule = most.flatmap(lambda m: st.fixed_dictionaries({
+        "policy": st.just("schedule"), "max": st.just(m), "day_s": st.just(10.0),
+        "startup": startup,
+        "schedule": st.dictionaries(st.sampled_from((0, 4, 9, 15, 20)), st.integers(1, m),
+                                    min_size=1)}))
+    reactive = st.fixed_dictionaries({
+        "policy": st.just("reactive"), "max": most, "startup": startup,
+        "interval_s": st.sampled_from((0.5, 2.0)), "cooldown_s": st.sampled_from((0.0, 3.0)),
+        "drain_poll_s": st.sampled_from((0.1, 1.0)),
+        "queue_per_instance": st.sampled_from((None, 0.5)), "kv_occupancy": st.sampled_from((None, 0.3)),
+        "ttft_s": st.sampled_from((None, 0.2)), "tpot_s": st.just(0.01)})
+    return st.one_of(schedule, reactive)
+
+
 @st.composite
-def deployments(draw):
+def deployments(draw, elastic=False):
     system = draw(st.sampled_from(("colocated", "pd", "pdd")))
 
     def group(role):   # 1-3 instances; 2 x H100 leave ~8.5k tokens of KV: preemption
-        return {"role": role, "count": draw(st.integers(1, 3)), "tp": draw(st.sampled_from((2, 4, 8)))}
+        g = {"role": role, "count": draw(st.integers(1, 3)), "tp": draw(st.sampled_from((2, 4, 8)))}
+        if elastic and draw(st.booleans()):
+            g["scaling"] = draw(scalings(g["count"]))
+        return g
     rdma = {"bandwidth_gbps": draw(st.sampled_from((100, 400, 3200)))}
     if system == "colocated":
         clusters = {"a": {"gpu": draw(st.sampled_from(GPUS)), "rdma": rdma,
@@ -107,6 +130,14 @@ def test_random_deployments_keep_every_invariant(cfg, w, seed):
         reasons = df[~done].failure.str.split(": ").str[-1]
         assert reasons.isin(["instance_failed", "transfer_timeout", "stalled",
                              "context exceeds the instance's KV memory"]).all()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=deployments(elastic=True), w=workloads(), seed=st.integers(0, 3))
+def test_random_elastic_deployments_keep_every_invariant(cfg, w, seed):
+    """Pools that scale (schedules, reactive controllers) on random deployments, with random
+    failures too: every request ends exactly once, memory is never over-committed."""
+    test_random_deployments_keep_every_invariant.hypothesis.inner_test(cfg, w, seed)
 
 
 def _fluid_finish_times(starts, sizes, capacity, cap):

@@ -87,6 +87,26 @@ def test_a_static_schedule_is_the_fixed_pools_bit_for_bit(tmp_path, roles, two):
     assert scheduled.summary["requests_while_short_share"] == 0.0
 
 
+def test_a_schedule_boundary_met_by_rounding_is_passed_once(tmp_path):
+    """Hour 4 of a 10 s day is 1.666... s; on the second day the clock's 11.666... % 10 falls an
+    ulp short of it. The schedule used to sleep that ulp, which does not move the clock, for ever."""
+    import signal
+
+    def hang(*_):
+        raise AssertionError("the run hangs")
+    cfg = _scaled(config(tmp_path, roles=PD_ROLES),
+                  a_1={"policy": "schedule", "count": 2, "schedule": {4: 1, 12: 2}, "day_s": 10.0})
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(60)
+    try:
+        r = simulate(cfg, _poisson(100, rate=2.0))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert r.summary["sim_duration_s"] > 30
+    assert r.summary["scale_downs_decode"] >= 3 and r.summary["scale_ups_decode"] >= 3
+
+
 # ---- cost of what is held ----------------------------------------------------------------------
 
 def test_held_gpu_seconds_cost_by_hand(tmp_path):

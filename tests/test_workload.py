@@ -88,8 +88,9 @@ def test_azure_bad_row(tmp_path, row, what):
 def test_native_round_trip_and_defaults_omitted(tmp_path):
     w = Workload([
         TraceRequest(0.0, 100, 5),
-        TraceRequest(0.125, 130, 9, (7, 8, 9), 64, session_id=3, think_s=1.5, follows=0),
+        TraceRequest(0.125, 130, 9, (7, 8, 9), 64, session_id=3),
         TraceRequest(2.0, 1, 1, (), 16, session_id=4),
+        TraceRequest(3.0, 140, 2, (7, 8, 9), 64, session_id=3, think_s=1.5, follows=1),
     ], sessions=2)
     p = write_native(w, tmp_path / "n.jsonl")
     assert p.read_text().splitlines()[0] == '{"arrival_s":0.0,"input_tokens":100,"output_tokens":5}'

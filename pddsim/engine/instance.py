@@ -64,7 +64,7 @@ class Instance:
     __slots__ = (
         "env", "name", "role", "_prefill_side", "cluster", "perf",
         "capacity", "block", "token_budget", "chunk", "pack_chunks", "max_batch", "coalesce",
-        "cache", "host_load", "kv_bytes_per_token", "_cache_in_hbm", "busy_s",
+        "cache", "host_load", "kv_bytes_per_token", "_cache_in_hbm", "_life", "busy_s",
         "prefill_first", "reserve", "reserve_share", "whole_prompts",
         "tokens_decoded", "preemptions", "kv_peak", "tracer", "load_watch", "_pending",
         # the engine's state (`_empty`)
@@ -108,6 +108,7 @@ class Instance:
         self.host_load = host_load
         self.kv_bytes_per_token = kv_bytes_per_token
         self._cache_in_hbm = cache is not None and host_load is None
+        self._life = 0                        # crashes so far: a job submitted before one is gone
         self.busy_s = 0.0
         self.tokens_decoded = 0
         self.preemptions = 0
@@ -158,7 +159,9 @@ class Instance:
 
     def crash(self) -> None:
         """The instance dies: its loop stops where it is, and every request's KV on it, its
-        prefix cache and its queue are lost (the pipeline has re-dispatched those requests)."""
+        prefix cache and its queue are lost (the pipeline has re-dispatched those requests): its
+        jobs so far hold nothing here any more (`release`)."""
+        self._life += 1
         for event in (self._pending, self._cut_event):
             if event is not None and event.callbacks:
                 event.callbacks.clear()
@@ -270,6 +273,7 @@ class Instance:
         this instance admits the job. With `use_cache`, the prompt's cached prefix is
         looked up at admission and skipped."""
         job.inst = self
+        job.life = self._life
         job.hold = hold
         job.prefill_left = prefill
         job.decode_left = decode
@@ -291,13 +295,12 @@ class Instance:
         self._poke()
 
     def release(self, job: Job) -> None:
-        """A request whose prefill ended here no longer needs its KV (it has been shipped)."""
-        self.free(job.reserved, job)
+        """A job that holds its KV here (`hold`) no longer needs it: shipped, or its attempt
+        abandoned. A job from before a crash holds nothing: the crash took its KV."""
+        if job.life != self._life:
+            return
+        self.held -= job.reserved
         job.reserved = 0
-
-    def free(self, tokens: int, job: Job) -> None:
-        """Give back KV held for `job`'s work that moved on (a pipeline tracking it itself)."""
-        self.held -= tokens
         self._unpin(job)
         self._unpromise(job)
         self._poke()
@@ -582,7 +585,7 @@ class Instance:
                 self._preempt_newest()
                 return None, None
             budget = self.token_budget - decoding
-            chunks = []
+            chunks: list[tuple[Job, int]] = []
             tokens, pairs, kv_read = (n, ctx, ctx) if decoding else (0, 0, 0)
             for job in self.prefilling:
                 if budget <= 0 or (chunks and not self.pack_chunks):

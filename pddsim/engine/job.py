@@ -33,7 +33,7 @@ class Job:
         "on_held", "on_finished", "on_failed",
         # the engine's state of the job on its instance
         "prefill_left", "context", "decode_left", "ready_tokens", "start_iter", "finish_iter",
-        "reserved", "needs_lookup", "uses_cache", "hold", "inst", "decoding",
+        "reserved", "needs_lookup", "uses_cache", "hold", "inst", "life", "decoding",
     )
 
     def __init__(self, req: Request, *, on_failed: Callable[[Job, str], None],
@@ -62,6 +62,7 @@ class Job:
         self.uses_cache = False
         self.hold = False
         self.inst: Instance | None = None     # where it is queued or runs; None once it is over
+        self.life = 0                         # which life of `inst` (its crashes so far) it is in
         self.decoding = False
         if streams:
             req.job = self

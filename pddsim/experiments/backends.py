@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ from urllib.parse import urlsplit
 from pddsim.errors import InputError
 
 RETRIES = 2          # further attempts after a call's first failure
+WATCH_S = 0.5        # how often a worker checks that its parent still runs
 BACKENDS = ("processes", "ray")
 
 
@@ -82,7 +85,8 @@ class Processes:
         todo = list(range(len(items)))
         while todo:
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(self.workers)
+                self._pool = ProcessPoolExecutor(self.workers, initializer=_die_with,
+                                                 initargs=(os.getpid(),))
             running = {self._pool.submit(fn, shared, items[i]): i for i in todo}
             todo = []
             while running:
@@ -102,6 +106,17 @@ class Processes:
                             else:
                                 todo.append(i)
         return results
+
+
+def _die_with(parent: int) -> None:
+    """In a worker: end when the process that started it is gone (killed with SIGKILL, it cannot
+    stop its pool, and its workers would live on holding their memory)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(WATCH_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 def _call(fn: Callable, shared: Any, item: Any):

@@ -94,7 +94,7 @@ class PDD(Disaggregated):
             req.pipeline = Route.P_RLD          # degraded mode: nothing can cross the WAN now
         else:
             lacking = (req.input_tokens - md.cached_tokens(req)) * self.dep.model.kv_bytes_per_token
-            req.pipeline = self.paths.choose(req, lacking, self.dep.wan)
+            req.pipeline = self.paths.choose(req, lacking, self.wan)
         if req.pipeline != Route.P_MD and not pools["relay"]:    # every RLD is down (faults)
             req.pipeline = Route.P_MD
         if req.pipeline != Route.P_MD:
@@ -126,12 +126,23 @@ class PDD(Disaggregated):
             self._leftover_done(st)
             return
         if req.pipeline != Route.P_MD and req.tokens_out == 0 and self._relay_not_started(st):
-            st.rld = None                       # the RLD has not started it: the MD can, now
+            self._leave_relay(st)               # the RLD has not started it: the MD can, now
             req.pipeline = Route.P_MD
         if req.pipeline == Route.P_MD:
             self.start_decode(req, st.md)
         else:
             self._next_handoff(st)
+
+    def _leave_relay(self, st: PddRequestState) -> None:
+        """The request no longer goes to its RLD: the prompt's copy still on the way there is
+        cancelled (`_relay_has_prompt` finds the RLD gone if its last bytes are flying)."""
+        flow = st.rld_flow
+        if flow is not None and not flow.done:
+            assert st.rld is not None
+            self.dep.cancel(st.p, st.rld, flow)
+            st.rld.add_inbound(-st.req.input_tokens)
+            self._transfer_done(st)
+        st.rld = None
 
     @staticmethod
     def _relay_not_started(st: PddRequestState) -> bool:
@@ -314,13 +325,7 @@ class PDD(Disaggregated):
         st = self._states.pop(req, None)
         if st is None:
             return
-        flow = st.rld_flow
-        if flow is not None and not flow.done:
-            assert st.rld is not None
-            self.dep.cancel(st.p, st.rld, flow)
-            st.rld.add_inbound(-req.input_tokens)
-            self._transfer_done(st)
-        st.rld = None                           # `_relay_has_prompt` finds it gone
+        self._leave_relay(st)
         flow = st.ids_flow
         if flow is not None and not flow.done and st.md_busy:
             self.wan.cancel(flow)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import simpy
+
 from pddsim.engine.instance import Instance
 from pddsim.engine.job import Job
 from pddsim.engine.network import Flow
@@ -29,7 +31,7 @@ class Pipeline:
         self.on_end = on_end
         self.tracer = tracer
         self.leftovers = 0                   # work of ended requests still running (it drains)
-        self._drained = None
+        self._drained: simpy.Event | None = None
         self.faults = None                   # the run's FaultInjector, when faults are configured
 
     def leftover_done(self) -> None:

@@ -85,19 +85,23 @@ class Elastic:
 
     # -- policies -------------------------------------------------------------------------------
     def _follow_schedule(self, gs: GroupState):
-        """Set the wanted count at each hour the schedule names, day after day."""
+        """Set the wanted count at each hour the schedule names, day after day (from the run's
+        start, midnight). The k-th change is at its own time, not found again from the clock: a
+        boundary the clock meets by rounding (4 h of a 10 s day) is passed once, not re-slept."""
         sc = gs.group.spec.scaling
         day = sc.day_s
         at = sorted((h / 24 * day, n) for h, n in sc.schedule.items())   # (second of the day, count)
         daemons = self.dep.daemons
         assert daemons is not None
+        self.set_wanted(gs, at[0][1] if at[0][0] == 0 else at[-1][1])   # at midnight
+        k = 1 if at[0][0] == 0 else 0
         while True:
-            into = self.env.now % day
-            self.set_wanted(gs, max(((s, n) for s, n in at if s <= into), default=at[-1])[1])
-            later = [s for s, _ in at if s > into]
-            yield daemons.sleep((later[0] if later else day + at[0][0]) - into)   # > 0
-            if not daemons.keep_going():
-                return
+            days, i = divmod(k, len(at))
+            yield daemons.sleep(max(days * day + at[i][0] - self.env.now, 0.0))
+            if not daemons.keep_going():    # asked before acting: a start-up is progress, so a
+                return                      # stuck run must be seen as stuck before one starts
+            self.set_wanted(gs, at[i][1])
+            k += 1
 
     def _react(self, gs: GroupState):
         """Every `interval_s`: the ratio of each observed figure to its target (the largest
@@ -108,6 +112,8 @@ class Elastic:
         assert daemons is not None
         while True:
             yield daemons.sleep(sc.interval_s)
+            if not daemons.keep_going():    # (before acting, as a schedule does)
+                return
             ratio = self.observed_ratio(gs)
             now = self.env.now
             if ratio is not None and abs(ratio - 1) > sc.tolerance and \
@@ -117,8 +123,6 @@ class Elastic:
                 if want != gs.wanted:
                     gs.last_change = now
                     self.set_wanted(gs, want)
-            if not daemons.keep_going():
-                return
 
     def observed_ratio(self, gs: GroupState) -> float | None:
         """The largest observed / target ratio of the group's reactive targets now (None: no

@@ -20,6 +20,7 @@ import numpy as np
 import simpy
 
 from pddsim.config import WorkloadConfig
+from pddsim.errors import InputError
 from pddsim.workload.model import Workload
 
 
@@ -56,6 +57,10 @@ class Replay:
         if self.closed:
             for i, r in enumerate(self.reqs):
                 if r.follows >= 0:
+                    if self.session_of[r.follows] != self.session_of[i] or r.follows >= i:
+                        # a session started whole could wait forever for a turn of one not started
+                        raise InputError(f"{workload.source}: request {i} follows request "
+                                         f"{r.follows}, not an earlier turn of its own session")
                     self.children[r.follows].append(i)
         self.next_session = 0
 
