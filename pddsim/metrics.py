@@ -97,12 +97,14 @@ class Recorder:
         failure = np.frombuffer(self.failure, dtype=np.int64)[order]
         df["pipeline"] = pd.Categorical.from_codes(pipeline,
                                                    categories=[str(p) for p in self._pipelines])
-        df["failure"] = np.array(list(self._failures), dtype=object)[failure]
-        df["status"] = np.where(df["failure"] == "", "completed", "failed")
+        # string columns as a take from their few distinct values: pandas builds its (pyarrow)
+        # strings once per value, not once per row
+        df["failure"] = pd.Series(list(self._failures)).array.take(failure)
+        df["status"] = pd.Series(["completed", "failed"]).array.take((failure != 0).astype(np.intp))
         df["hit_rate"] = (df["hit_tokens"] / df["input_tokens"].clip(lower=1)).clip(upper=1.0)
         df["hit_bucket"] = pd.Categorical.from_codes(bucket_index(df["hit_rate"].to_numpy()),
                                                      categories=BUCKETS)
-        df["slo_met"] = ((df["status"] == "completed") & (df["ttft_s"] <= slo.ttft_s)
+        df["slo_met"] = ((failure == 0) & (df["ttft_s"] <= slo.ttft_s)
                          & (df["tpot_s"].fillna(0.0) <= slo.tpot_s))
         return df
 

@@ -4,6 +4,7 @@ exact iteration times (tests/conftest.py) so delays can be checked to the second
 from functools import partial
 
 import numpy as np
+import pandas as pd
 import pytest
 import simpy
 from conftest import config, workload
@@ -167,6 +168,11 @@ def test_a_line_that_never_comes_back_ends_the_run_with_stalled_requests(tmp_pat
     assert (stalled.finish_s > 5.0).all() and (done.arrival_s + done.ttft_s < 5.1).all()
     assert out.summary["failed_stalled"] == len(stalled)
     assert out.summary["requests_failed"] == len(stalled)
+    # the string columns, taken from their few values, are what pandas makes of them row by row
+    by_row = pd.Series(df.failure.tolist(), index=df.index, name="failure")
+    assert df.failure.equals(by_row) and df.failure.dtype == by_row.dtype
+    assert df.status.equals(pd.Series(np.where(by_row == "", "completed", "failed"), index=df.index,
+                                      name="status"))
 
 
 def test_pdd_in_degraded_mode_finishes_new_requests_on_the_relay(tmp_path):
