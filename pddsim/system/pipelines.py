@@ -87,8 +87,11 @@ class Pipeline:
         self._end(job.req)
 
     def give_up(self, req: Request, reason: str) -> None:
-        """End a request that cannot go on (a fault): what its attempt holds is let go, and it
-        fails with `reason`."""
+        """End a request that cannot go on (a fault): what its attempt holds is let go (its job
+        taken back if it still waits for an instance), and it fails with `reason`."""
+        job = req.job
+        if job is not None and job.inst is not None:
+            job.inst.withdraw(job)
         self.abandon(req)
         req.failed = reason
         self._end(req)
