@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 from pddsim.errors import InputError
 
 RETRIES = 2          # further attempts after a call's first failure
-BACKENDS = ("processes", "ray")
 
 
 @dataclass(frozen=True)
