@@ -11,9 +11,10 @@ import simpy
 from pddsim.engine.instance import Instance
 from pddsim.engine.job import Job
 from pddsim.engine.network import Flow
-from pddsim.engine.request import Request, Route
+from pddsim.engine.request import Request
 from pddsim.system.deployment import Deployment
 from pddsim.system.faults import TRANSFER_TIMEOUT
+from pddsim.system.routes import Route
 
 # the stages a job's request is in while the job waits for an instance, and while it decodes there
 # (an admitted prompt is in "prefill", a preempted decoder in "recompute": the engine's own)
