@@ -27,7 +27,6 @@ from pddsim.catalog import Catalog, EngineProfile, ModelSpec
 from pddsim.errors import InputError
 from pddsim.schema import TOO_MANY_DIGITS, Strict, read_yaml, validated
 
-ROLES = ("prefill", "decode", "colocated", "relay")
 # what one run may build and generate, so that validating a config bounds what running it allocates
 # (ten million instances passed validation, then died of MemoryError at 3.6 GB): far past the
 # largest fleet and workload the benchmarks run (1,024 instances, a million requests)

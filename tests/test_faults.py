@@ -326,3 +326,19 @@ def test_the_faults_command_compares_systems_minute_by_minute(tmp_path, capsys):
     minutes = [m for m in out["per_minute"] if m["system"] == "pdd"]
     assert sum(m["arrivals"] for m in minutes) == 200
     assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_request_sent_again_as_the_run_looks_stuck_is_not_failed_as_stalled_at_once(tmp_path):
+    """Same-DC PD, the fabric down for good: a prompt's KV stalls and only the prefills' random
+    failures are left to happen. A failure that takes the P holding it down sends it again to
+    the other P: that is progress, so the run is judged stuck only after it (it used to fail the
+    new attempt as `stalled` in the same instant and leave it prefilling on the other P, holding
+    KV at the end)."""
+    cfg = config(tmp_path, roles=(("prefill", 2), ("decode", 1)), observe={"sample_s": 0})
+    out = simulate(_with_faults(cfg, {"random": [{"role": "prefill", "mtbf_s": 5.0, "mttr_s": 1.0}],
+                                      "events": [{"kind": "link_down", "link": "rdma:a", "start_s": 0.05,
+                                                  "duration_s": None}]}),
+                   workload((0.0, 8000, 10)), seed=1, check_invariants=True)
+    r = out.requests.iloc[0]
+    assert r.status == "failed" and r.failure == "stalled"
+    assert out.summary["retries"] == 2                     # each new attempt prefilled and stalled

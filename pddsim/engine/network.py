@@ -276,7 +276,7 @@ class Fabric:
         self.scale = scale
         self._reschedule()
 
-    def expected_transfer_s(self, src, dst, nbytes, *, nominal: bool = True):
+    def expected_transfer_s(self, src, dst, nbytes):
         """The time `nbytes` takes from `src` to `dst` on an idle fabric."""
         rate = min(self._tx[src].capacity_Bps, self._rx[dst].capacity_Bps,
                    inf if self.core is None else self.core.capacity_Bps)
