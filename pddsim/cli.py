@@ -376,7 +376,7 @@ def cmd_bench_handoff(args) -> int:
     )
     spec = HandoffBenchSpec(runs=args.runs)
     result = handoff_microbenchmark(spec, seed=args.seed)
-    result["scenario"] = scenario_handoff(load_config(args.config), spec, seed=args.seed)
+    result["scenario"] = scenario_handoff(load_config(args.config, args.set), spec, seed=args.seed)
     print(_json(result) if args.json else format_bench(result))
     return 0
 
@@ -686,6 +686,7 @@ def parser() -> Parser:
     ho.add_argument("--runs", type=int, default=1000)
     ho.add_argument("--config", default=str(bundled("paper/pdd.yaml")),
                     help="also run the handoff on this scenario's MD and WAN (default: the paper PDD)")
+    _add_catalog_arg(ho)
     ho.add_argument("--seed", type=int, default=0)
     ho.add_argument("--json", action="store_true")
     ho.set_defaults(func=cmd_bench_handoff)
