@@ -1,6 +1,7 @@
 """Backends: results in item order, a failing call retried, one failing for good recorded with its
 reason; a real local Ray cluster gives the same plan and sweep as local processes."""
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -78,3 +79,60 @@ def test_ray_retries_and_records_failures(ray_backend, tmp_path):
     assert ray_backend.map(flaky, [1, 2, 3], str(tmp_path)) == [1, 4, 9]
     out = ray_backend.map(broken, [1, 2, 3])
     assert out[0] == 1 and out[2] == 3 and out[1] == Failed("ValueError: point 2 cannot be run")
+
+
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            todo += [c for c in children if c not in found]
+            found.update(children)
+    return found
+
+
+def _listening_addresses(pids: set[int]) -> list[str]:
+    """The local addresses (hex, as /proc/net shows them) of the TCP sockets `pids` listen on."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").glob("*"):
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in inodes:            # LISTEN
+                found.append(fields[1].split(":")[0])
+    return found
+
+
+def _loopback(hex_address: str) -> bool:
+    if len(hex_address) == 8:                                         # IPv4, little-endian
+        return hex_address[6:] == "7F"
+    return (hex_address == "00000000000000000000000001000000"         # ::1
+            or hex_address.startswith("0000000000000000FFFF0000") and hex_address[30:] == "7F")
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").is_file(), reason="reads /proc (Linux)")
+def test_a_local_ray_listens_on_loopback_only(ray_backend):
+    addresses = _listening_addresses(_descendants(os.getpid()))
+    assert addresses, "found none of the local Ray's servers"
+    assert all(map(_loopback, addresses)), addresses
+
+
+def test_an_unreachable_ray_address_in_the_environment_fails_fast(tmp_path, input_error):
+    # port 9 on loopback: nothing listens, and nothing outside 127.0.0.0/8 is contacted
+    pytest.importorskip("ray")
+    path = small_config(tmp_path)
+    p = subprocess.run([sys.executable, "-m", "pddsim.cli", "sweep", str(path), "--grid",
+                        f"{D}=1,2", "--backend", "ray", "--quiet"], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "RAY_ADDRESS": "127.0.0.1:9"})
+    input_error(p.returncode, p.stderr, "RAY_ADDRESS 127.0.0.1:9", "no Ray cluster reachable")

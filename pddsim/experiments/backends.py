@@ -23,6 +23,7 @@ from pddsim.errors import InputError
 
 RETRIES = 2          # further attempts after a call's first failure
 WATCH_S = 0.5        # how often a worker checks that its parent still runs
+LOOPBACK = "127.0.0.1"   # where a local Ray listens
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,9 @@ def _import_simulator() -> None:
 
 
 class Ray:
-    """Ray core tasks: a local Ray instance with `jobs` CPUs when no address is given, else the
-    cluster at `address`. Ray retries a task whose worker died and (`retry_exceptions`) one that
+    """Ray core tasks: a local Ray instance with `jobs` CPUs, listening on loopback only, when no
+    address is given (by `address` or RAY_ADDRESS), else the cluster there, checked reachable
+    first. Ray retries a task whose worker died and (`retry_exceptions`) one that
     raised."""
 
     def __init__(self, address: str | None = None, jobs: int | None = None):
@@ -138,11 +140,17 @@ class Ray:
             raise InputError("--backend ray: Ray is not installed (pip install 'pddsim[ray]')") from None
         if jobs is not None and jobs < 1:
             raise InputError(f"--jobs {jobs}: must be at least 1")
-        if address:
-            _check_reachable(address)
+        # ray.init would also take RAY_ADDRESS, unchecked: an unreachable one retried for minutes
+        named = "--address" if address else "RAY_ADDRESS"
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        if address and address not in ("auto", "local"):
+            _check_reachable(address, named)
         self._ray = ray
-        ray.init(address=address, num_cpus=None if address else jobs, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+        if address and address != "local":
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        else:
+            _init_on_loopback(ray, jobs)
         self._task = ray.remote(max_retries=RETRIES, retry_exceptions=True)(_call)
         # a worker imports the simulator on its first task (seconds): done here, once per CPU,
         # so that cost is part of starting the cluster, as on a long-lived one, not the points'
@@ -175,7 +183,20 @@ class Ray:
         return results
 
 
-def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
+def _init_on_loopback(ray, jobs: int | None) -> None:
+    """Start a local Ray that listens on loopback only (no one else on the network can submit
+    work to it). Ray on Linux replaces a loopback node address by the host's, and its servers then
+    listen on every interface, unless it believes clusters are off, which it reads at this call."""
+    from ray._private import ray_constants
+    clusters, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
+    try:
+        ray.init(address="local", num_cpus=jobs, _node_ip_address=LOOPBACK, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = clusters
+
+
+def _check_reachable(address: str, named: str = "--address", timeout_s: float = 3.0) -> None:
     """Fail fast with one line: `ray.init` would otherwise retry an unreachable head for minutes."""
     parts = urlsplit(address if "://" in address else f"ray://{address}")
     try:
@@ -184,9 +205,9 @@ def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
             raise ValueError("no host")
         socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
     except ValueError as e:
-        raise InputError(f"--address {address}: expected HOST:PORT ({e})") from None
+        raise InputError(f"{named} {address}: expected HOST:PORT ({e})") from None
     except OSError as e:
-        raise InputError(f"--address {address}: no Ray cluster reachable "
+        raise InputError(f"{named} {address}: no Ray cluster reachable "
                          f"({e.strerror or type(e).__name__})") from None
 
 
