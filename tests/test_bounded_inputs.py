@@ -7,10 +7,13 @@ import sys
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pddsim.cli import main
 from pddsim.config import bundled
-from pddsim.workload.readers import read_workload
+from pddsim.sim import RUN_FILES
+from pddsim.workload.readers import _json_depth, read_workload
 
 NATIVE = {"arrival_s": 0, "input_tokens": 100, "output_tokens": 5}
 AZURE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -167,6 +170,8 @@ def test_run_out_into_an_old_run_folder_leaves_no_stale_table(tmp_path, capsys):
     assert not (out / "requests.csv").exists()          # the earlier run's table is gone
     assert (out / "requests.parquet").is_file() and (out / "notes.txt").read_text() == "mine"
     assert json.loads((out / "summary.json").read_text())["system"] == "pdd"
+    # every file a run writes is one the next run would clear
+    assert {p.name for p in out.iterdir()} - {"notes.txt"} <= set(RUN_FILES)
 
 
 def test_compare_out_clears_earlier_comparisons_and_stays_in_its_folder(tmp_path, capsys):
@@ -180,3 +185,21 @@ def test_compare_out_clears_earlier_comparisons_and_stays_in_its_folder(tmp_path
     assert not list(tmp_path.rglob("evil*"))               # nothing written outside the folder
     runs = sorted(p.name for p in out.iterdir())
     assert runs == ["1-same_dc_pd", "2-.._.._evil"]        # the third system's run is gone
+
+
+def _nesting(obj) -> int:
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    return 1 + max(map(_nesting, obj), default=0) if isinstance(obj, list) else 0
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='[]{}"\\ab\n'),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(alphabet='[]{}"\\a'), inner,
+                                                               max_size=3), max_leaves=20)
+
+
+@given(JSON_VALUES)
+def test_the_nesting_checked_before_decoding_is_the_nesting(value):
+    # brackets, quotes and backslashes inside strings do not count
+    assert _json_depth(json.dumps(value).encode()) == _nesting(value)
