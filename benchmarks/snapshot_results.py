@@ -1,14 +1,14 @@
 """Behaviour-neutral refactors: run every bundled config (`configs/*.yaml`, `configs/faults/*.yaml`,
-`configs/paper/*.yaml`) and keep each run's per-request table and summary, or compare a new run
-with kept ones and say, per config, whether `Result.requests.equals` the kept table and which
-summary figures moved.
+`configs/paper/*.yaml`) and keep each run's tables (requests, time series, instances, sessions) and
+summary and link totals, or compare a new run with kept ones and say, per config, which tables differ
+(`DataFrame.equals`) and which summary figures moved.
 
     python benchmarks/snapshot_results.py save DIR [--sessions N]
     python benchmarks/snapshot_results.py compare DIR [--sessions N]
 
 Every config runs whole (about a minute in all); `--sessions N` keeps the paper configs' synthetic
 agent workloads to N sessions for a quicker look.
-Exits 1 when any table differs.
+Exits 1 when any table or figure differs.
 """
 from __future__ import annotations
 
@@ -39,6 +39,9 @@ def run(path: Path, sessions: int | None):
     return simulate(cfg, load_workload(cfg))
 
 
+TABLES = ("requests", "timeseries", "instances", "sessions")
+
+
 def key(path: Path) -> str:
     return str(path.relative_to(ROOT)).replace("/", "__").removesuffix(".yaml")
 
@@ -55,18 +58,21 @@ def main(argv: list[str] | None = None) -> int:
         res = run(path, args.sessions)
         name = key(path)
         summary = {k: v for k, v in res.summary.items() if k not in VOLATILE}
+        figures = {"summary": summary, "links": res.links}
         if args.mode == "save":
-            res.requests.to_pickle(args.dir / f"{name}.pkl")
-            (args.dir / f"{name}.json").write_text(json.dumps(summary, indent=1, default=str))
+            for table in TABLES:
+                getattr(res, table).to_pickle(args.dir / f"{name}.{table}.pkl")
+            (args.dir / f"{name}.json").write_text(json.dumps(figures, indent=1, default=str))
             print(f"{name}: {len(res.requests)} requests kept")
             continue
-        kept = pd.read_pickle(args.dir / f"{name}.pkl")
+        unequal = [t for t in TABLES
+                   if not getattr(res, t).equals(pd.read_pickle(args.dir / f"{name}.{t}.pkl"))]
         was = json.loads((args.dir / f"{name}.json").read_text())
-        now = json.loads(json.dumps(summary, default=str))
-        moved = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k))
-        same = res.requests.equals(kept)
-        differ += not same
-        print(f"{name}: requests.equals {same}; summary figures moved: {moved or 'none'}")
+        now = json.loads(json.dumps(figures, default=str))
+        moved = sorted(f"{part}.{k}" for part in now for k in set(was[part]) | set(now[part])
+                       if json.dumps(was[part].get(k)) != json.dumps(now[part].get(k)))   # NaN == NaN
+        differ += bool(unequal or moved)
+        print(f"{name}: tables that differ: {unequal or 'none'}; figures moved: {moved or 'none'}")
     return 1 if differ else 0
 
 

@@ -30,6 +30,7 @@ EXAMPLES = {
                "# the paper scenario, capacities searched (minutes)",
     "faults": "pddsim faults faults/same_dc_pd faults/pdd --plot faults.png",
     "capacity": "pddsim capacity pdd --json",
+    "elastic": "pddsim elastic paper/same_dc_pd paper/pdd --day-s 3600",
     "sweep": "pddsim sweep pdd --grid wan.bandwidth_gbps=10,20,40 --out sweep.csv",
     "plan": "pddsim plan same_dc_pd --vary clusters.a.instances.0.count=2..4 "
             "--vary clusters.a.instances.1.count=2..6 --budget 200 --out plan",
@@ -388,7 +389,7 @@ def cmd_bench_handoff(args) -> int:
     )
     spec = HandoffBenchSpec(runs=args.runs)
     result = handoff_microbenchmark(spec, seed=args.seed)
-    result["scenario"] = scenario_handoff(load_config(args.config), spec, seed=args.seed)
+    result["scenario"] = scenario_handoff(load_config(args.config, args.set), spec, seed=args.seed)
     print(_json(result) if args.json else format_bench(result))
     return 0
 
@@ -643,6 +644,7 @@ def parser() -> Parser:
                      f"the session rate, the config's rate the peak (default {DAY_CURVE})")
     ela.add_argument("--day-s", type=float, default=DAY_S, help="the simulated day's length, s")
     ela.add_argument("--set", action="append", metavar="KEY=VALUE", help="override in every config")
+    _add_catalog_arg(ela)
     ela.add_argument("--seed", type=int)
     ela.add_argument("--json", action="store_true", help="print the table as JSON records")
     ela.set_defaults(func=cmd_elastic)
@@ -698,6 +700,7 @@ def parser() -> Parser:
     ho.add_argument("--runs", type=int, default=1000)
     ho.add_argument("--config", default=str(bundled("paper/pdd.yaml")),
                     help="also run the handoff on this scenario's MD and WAN (default: the paper PDD)")
+    _add_catalog_arg(ho)
     ho.add_argument("--seed", type=int, default=0)
     ho.add_argument("--json", action="store_true")
     ho.set_defaults(func=cmd_bench_handoff)

@@ -27,7 +27,6 @@ from pddsim.catalog import Catalog, EngineProfile, ModelSpec
 from pddsim.errors import InputError
 from pddsim.schema import TOO_MANY_DIGITS, Strict, read_yaml, validated
 
-ROLES = ("prefill", "decode", "colocated", "relay")
 # what one run may build and generate, so that validating a config bounds what running it allocates
 # (ten million instances passed validation, then died of MemoryError at 3.6 GB): far past the
 # largest fleet and workload the benchmarks run (1,024 instances, a million requests)
@@ -364,36 +363,34 @@ class AgentSpec(Strict, frozen=True):
         return text
 
 
-def parse_diurnal(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """Day curve 'h:m,...' -> (hours, multipliers), a curve of period 24 h; empty text is a
-    constant 1."""
+def _curve(text: str, knob: str, x: str) -> tuple[np.ndarray, np.ndarray]:
+    """'x:m,x:m,...' -> (xs, multipliers); empty text is a constant 1 (at x = 0)."""
     if not text.strip():
         return np.array([0.0]), np.array([1.0])
     try:
-        points = [tuple(float(x) for x in item.split(":")) for item in text.split(",")]
-        hours, multipliers = (np.array(column) for column in zip(*points))
+        points = [tuple(float(v) for v in item.split(":")) for item in text.split(",")]
+        xs, multipliers = (np.array(column) for column in zip(*points))
     except ValueError:
-        raise ValueError(f"diurnal={text!r} is not 'hour:multiplier,...'") from None
-    if (hours.ndim != 1 or np.any(np.diff(hours) <= 0) or hours[0] < 0 or hours[-1] >= 24
-            or np.any(multipliers < 0) or not np.any(multipliers > 0)):
-        raise ValueError(f"diurnal={text!r} needs increasing hours in [0, 24) and multipliers "
-                         ">= 0, not all 0")
+        raise ValueError(f"{knob}={text!r} is not '{x}:multiplier,...'") from None
+    if xs.ndim != 1 or np.any(np.diff(xs) <= 0) or xs[0] < 0 or np.any(multipliers < 0):
+        raise ValueError(f"{knob}={text!r} needs increasing {x}s from 0 and multipliers >= 0")
+    return xs, multipliers
+
+
+def parse_diurnal(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Day curve 'h:m,...' -> (hours, multipliers), a curve of period 24 h; empty text is a
+    constant 1."""
+    hours, multipliers = _curve(text, "diurnal", "hour")
+    if hours[-1] >= 24 or not np.any(multipliers > 0):
+        raise ValueError(f"diurnal={text!r} needs hours in [0, 24) and a multiplier above 0")
     return hours, multipliers
 
 
 def parse_drift(text: str) -> tuple[np.ndarray, np.ndarray]:
     """Drift schedule 'f:m,...' -> (fractions, multipliers); empty text is a constant 1."""
-    if not text.strip():
-        return np.array([0.0]), np.array([1.0])
-    try:
-        points = [tuple(float(x) for x in item.split(":")) for item in text.split(",")]
-        fractions, multipliers = (np.array(column) for column in zip(*points))
-    except ValueError:
-        raise ValueError(f"drift={text!r} is not 'fraction:multiplier,...'") from None
-    if (fractions.ndim != 1 or np.any(np.diff(fractions) <= 0) or fractions[0] < 0
-            or fractions[-1] > 1 or np.any(multipliers < 0)):
-        raise ValueError(f"drift={text!r} needs increasing fractions in [0, 1] "
-                         "and multipliers >= 0")
+    fractions, multipliers = _curve(text, "drift", "fraction")
+    if fractions[-1] > 1:
+        raise ValueError(f"drift={text!r} needs fractions in [0, 1]")
     return fractions, multipliers
 
 

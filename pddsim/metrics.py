@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pddsim.engine.request import NO_TIME, STAGES, Request, Route
+from pddsim.engine.request import NO_TIME, STAGES, Request
+from pddsim.system.routes import Route
 from pddsim.workload.stats import BUCKETS, bucket_index
 
 FLOAT_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "itl_max_s", "e2e_s", "finish_s", "wan_bytes",
@@ -97,12 +98,14 @@ class Recorder:
         failure = np.frombuffer(self.failure, dtype=np.int64)[order]
         df["pipeline"] = pd.Categorical.from_codes(pipeline,
                                                    categories=[str(p) for p in self._pipelines])
-        df["failure"] = np.array(list(self._failures), dtype=object)[failure]
-        df["status"] = np.where(df["failure"] == "", "completed", "failed")
+        # string columns as a take from their few distinct values: pandas builds its (pyarrow)
+        # strings once per value, not once per row
+        df["failure"] = pd.Series(list(self._failures)).array.take(failure)
+        df["status"] = pd.Series(["completed", "failed"]).array.take((failure != 0).astype(np.intp))
         df["hit_rate"] = (df["hit_tokens"] / df["input_tokens"].clip(lower=1)).clip(upper=1.0)
         df["hit_bucket"] = pd.Categorical.from_codes(bucket_index(df["hit_rate"].to_numpy()),
                                                      categories=BUCKETS)
-        df["slo_met"] = ((df["status"] == "completed") & (df["ttft_s"] <= slo.ttft_s)
+        df["slo_met"] = ((failure == 0) & (df["ttft_s"] <= slo.ttft_s)
                          & (df["tpot_s"].fillna(0.0) <= slo.tpot_s))
         return df
 

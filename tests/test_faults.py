@@ -4,6 +4,7 @@ exact iteration times (tests/conftest.py) so delays can be checked to the second
 from functools import partial
 
 import numpy as np
+import pandas as pd
 import pytest
 import simpy
 from conftest import config, workload
@@ -167,6 +168,11 @@ def test_a_line_that_never_comes_back_ends_the_run_with_stalled_requests(tmp_pat
     assert (stalled.finish_s > 5.0).all() and (done.arrival_s + done.ttft_s < 5.1).all()
     assert out.summary["failed_stalled"] == len(stalled)
     assert out.summary["requests_failed"] == len(stalled)
+    # the string columns, taken from their few values, are what pandas makes of them row by row
+    by_row = pd.Series(df.failure.tolist(), index=df.index, name="failure")
+    assert df.failure.equals(by_row) and df.failure.dtype == by_row.dtype
+    assert df.status.equals(pd.Series(np.where(by_row == "", "completed", "failed"), index=df.index,
+                                      name="status"))
 
 
 def test_pdd_in_degraded_mode_finishes_new_requests_on_the_relay(tmp_path):
@@ -320,3 +326,19 @@ def test_the_faults_command_compares_systems_minute_by_minute(tmp_path, capsys):
     minutes = [m for m in out["per_minute"] if m["system"] == "pdd"]
     assert sum(m["arrivals"] for m in minutes) == 200
     assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_request_sent_again_as_the_run_looks_stuck_is_not_failed_as_stalled_at_once(tmp_path):
+    """Same-DC PD, the fabric down for good: a prompt's KV stalls and only the prefills' random
+    failures are left to happen. A failure that takes the P holding it down sends it again to
+    the other P: that is progress, so the run is judged stuck only after it (it used to fail the
+    new attempt as `stalled` in the same instant and leave it prefilling on the other P, holding
+    KV at the end)."""
+    cfg = config(tmp_path, roles=(("prefill", 2), ("decode", 1)), observe={"sample_s": 0})
+    out = simulate(_with_faults(cfg, {"random": [{"role": "prefill", "mtbf_s": 5.0, "mttr_s": 1.0}],
+                                      "events": [{"kind": "link_down", "link": "rdma:a", "start_s": 0.05,
+                                                  "duration_s": None}]}),
+                   workload((0.0, 8000, 10)), seed=1, check_invariants=True)
+    r = out.requests.iloc[0]
+    assert r.status == "failed" and r.failure == "stalled"
+    assert out.summary["retries"] == 2                     # each new attempt prefilled and stalled

@@ -6,7 +6,8 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pddsim.engine.network import Fabric, Link
+from pddsim.engine.daemons import Daemons
+from pddsim.engine.network import Fabric, Link, background_load, normal_draws
 
 
 def _run(link_kwargs, flows, until=100):
@@ -334,3 +335,40 @@ def test_an_empty_transfer_on_a_line_without_latency_arrives_after_its_send_retu
     assert arrived == []
     env.run()
     assert arrived == [0.0]
+
+
+# ---- background load ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("scale", [0.0, 1e-3, 0.2 * np.sqrt(1 - 0.9 ** 2), 1.0, 37.5])
+@pytest.mark.parametrize("per_draw", [1, 7, 256])
+def test_batched_normal_draws_are_the_one_by_one_draws(scale, per_draw):
+    one_by_one = np.random.default_rng([3, 2])
+    want = [one_by_one.normal(0.0, scale) for _ in range(600)]
+    draws = normal_draws(np.random.default_rng([3, 2]), scale, per_draw)
+    got = [next(draws) for _ in range(600)]
+    assert got == want and {type(x) for x in got} == {float}
+
+
+def test_background_load_is_the_ar1_of_one_draw_per_tick():
+    """The capacities the process sets, tick by tick, are those of the AR(1) written out with one
+    draw per period, bit for bit (past the 256 values of a batch)."""
+    mean, std, corr, period = 0.3, 0.2, 0.9, 0.5
+    env = simpy.Environment()
+    link = Link(env, "wan", 1e9, 0.01)
+    seen = []
+
+    def watch():
+        while True:
+            seen.append(link.capacity_Bps)
+            yield env.timeout(period)
+
+    env.process(background_load(env, link, mean=mean, std=std, period_s=period, correlation=corr,
+                                rng=np.random.default_rng(11), daemons=Daemons(env)))
+    env.process(watch())                 # after each tick, at the same times
+    env.run(until=600 * period)
+    rng, load, want = np.random.default_rng(11), mean, []
+    for _ in range(600):
+        want.append(link.bandwidth_Bps * (1.0 - load))
+        load = min(max(mean + corr * (load - mean) + rng.normal(0.0, std * np.sqrt(1 - corr ** 2)), 0.0),
+                   0.95)
+    assert seen == want

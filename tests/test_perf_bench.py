@@ -211,7 +211,7 @@ def test_a_cluster_uses_its_own_perf(make_config, perf_table, tmp_path):
     raw = cfg.model_dump()
     raw["clusters"]["b"]["perf"] = {"kind": "table", "table": str(table)}
     cfg = from_dict(raw, "t")
-    dep = build(simpy.Environment(), cfg, None, 0)
+    dep = build(simpy.Environment(), cfg, 0)
     perf = {i.cluster: i.perf for pool in dep.pools.values() for i in pool}
     assert isinstance(perf["b"], MeasuredTable) and isinstance(perf["a"], Roofline)
     assert perf["b"].iteration(100, 100 * 50, 0) == pytest.approx(0.02 + 100e-5)

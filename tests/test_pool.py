@@ -16,7 +16,7 @@ from pddsim.engine.request import Request
 from pddsim.sim import simulate
 from pddsim.system import routers
 from pddsim.system.deployment import build
-from pddsim.system.pool import Pool
+from pddsim.system.pool import Pool, PoolIndex
 from pddsim.workload.model import TraceRequest, Workload
 
 
@@ -156,3 +156,41 @@ def test_cache_hooks_report_exactly_what_the_cache_holds(ops, capacity):
             cache.pin(chain, k)
             pinned.append((chain, k))
         assert held == set(cache.blocks())
+
+
+def test_the_block_map_built_late_is_what_the_members_in_service_hold(make_config):
+    """No block map (and no cache hooks) until a router asks; built after caches filled, members
+    left and came back with new blocks, it is what the members in service hold, and it follows
+    their caches from then on."""
+    cfg = make_config(roles=(("prefill", 4), ("decode", 1)))
+    pool = build(simpy.Environment(), cfg, seed=0).pools["prefill"]
+    chains = [tuple(range(c * 100, c * 100 + 8)) for c in range(5)]
+    for i, inst in enumerate(pool):
+        inst.cache.insert(chains[i], 100)
+        inst.cache.insert(chains[4][:i + 1], 100)
+    gone = pool[1]
+    pool.remove(gone)
+    gone.cache.insert(chains[0], 100)                   # out of service: never a holder
+    pool[2].cache.evict(100)                            # pool[2] is the member at position 3
+    assert all(inst.cache.on_added is None for inst in pool.routing.members)
+
+    def truth(block):
+        return {pool.routing.position(inst) for inst in pool if block in inst.cache}
+
+    blocks = {b for chain in chains for b in chain}
+    assert {b: pool.routing.holders(b) for b in blocks} == {b: truth(b) for b in blocks}
+    pool.append(gone)
+    pool[0].cache.evict(10**6)
+    pool[3].cache.insert(chains[1], 100)
+    assert {b: pool.routing.holders(b) for b in blocks} == {b: truth(b) for b in blocks}
+    assert pool.routing.holders(chains[0][0]) == {1}
+
+
+def test_pools_small_enough_to_scan_keep_no_block_map(make_config, monkeypatch):
+    indexed = []
+    monkeypatch.setattr(PoolIndex, "_index_cache", lambda self, inst, pos: indexed.append(inst))
+    cfg = make_config(roles=(("prefill", 3), ("decode", 2)))
+    w = Workload([TraceRequest(arrival_s=0.1 * i, input_tokens=300, output_tokens=4,
+                               hash_ids=(i % 3, 10 + i), block_tokens=200) for i in range(30)])
+    assert simulate(cfg, w).summary["requests_completed"] == 30
+    assert indexed == []

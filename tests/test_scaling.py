@@ -288,7 +288,7 @@ def test_startup_time_by_hand():
 # ---- the day study ----------------------------------------------------------------------------
 
 def test_a_day_curve_mean():
-    from pddsim.experiments.elastic import curve_mean
+    from pddsim.workload.synthetic import curve_mean
     assert curve_mean("") == pytest.approx(1.0)
     assert curve_mean("0:0,12:2") == pytest.approx(1.0)          # a triangle around the day
     assert curve_mean("0:0.5,6:0.5,6.001:1.5,18:1.5,18.001:0.5") == pytest.approx(1.0, abs=1e-3)

@@ -1,11 +1,12 @@
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pddsim.errors import InputError
 from pddsim.workload.model import TraceRequest, Workload
 from pddsim.workload.readers import read_workload
-from pddsim.workload.stats import BUCKETS, format_stats, hit_bucket, plot_bucket_shares, trace_stats
+from pddsim.workload.stats import BUCKETS, bucket_index, format_stats, plot_bucket_shares, trace_stats
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 BLOCK = 10
@@ -36,7 +37,8 @@ def _shares(counts):
 
 
 def test_bucket_edges_are_left_closed():
-    assert [hit_bucket(r) for r in (0, 0.4999, 0.5, 0.7, 0.9, 0.95, 0.989, 0.99, 1.0)] == [
+    rates = np.array([0, 0.4999, 0.5, 0.7, 0.9, 0.95, 0.989, 0.99, 1.0])
+    assert [BUCKETS[i] for i in bucket_index(rates)] == [
         "[0,50)", "[0,50)", "[50,70)", "[70,90)", "[90,95)", "[95,99)", "[95,99)",
         "[99,100]", "[99,100]"]
 

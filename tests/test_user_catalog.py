@@ -127,3 +127,17 @@ def test_catalog_list_and_show_say_where_each_entry_comes_from(tmp_path, capsys)
 def test_catalog_list_or_show_of_nothing_known_is_one_line(capsys, input_error):
     input_error(cli.main(["catalog", "list", "gpu"]), capsys.readouterr().err, "gpus, models, engines")
     input_error(cli.main(["catalog", "show", "nope"]), capsys.readouterr().err, "'nope'")
+
+
+def test_the_handoff_benchmark_runs_on_a_users_gpu(tmp_path, capsys):
+    """`bench handoff` on a scenario whose MD GPU is the user's: a renamed copy measures the same."""
+    from pddsim.experiments.handoff_bench import HandoffBenchSpec, scenario_handoff
+    hw = write(tmp_path / "hw.yaml", {"gpus": {"my-h200": entry("gpus", "h200")}})
+    spec = HandoffBenchSpec(runs=20)
+    assert load_config("paper/pdd").clusters["b"].gpu == "h200"
+    own = load_config("paper/pdd", [f"catalog.include+={hw}", "clusters.b.gpu=my-h200"])
+    mine, bundled_gpu = scenario_handoff(own, spec), scenario_handoff(load_config("paper/pdd"), spec)
+    assert mine.pop("setup") == {**bundled_gpu.pop("setup"), "md_gpu": "my-h200"}   # says whose
+    assert mine == bundled_gpu
+    assert cli.main(["bench", "handoff", "--runs", "20", "--catalog", hw, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["scenario"]["config"] == "paper_pdd"

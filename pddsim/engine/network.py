@@ -276,7 +276,7 @@ class Fabric:
         self.scale = scale
         self._reschedule()
 
-    def expected_transfer_s(self, src, dst, nbytes, *, nominal: bool = True):
+    def expected_transfer_s(self, src, dst, nbytes):
         """The time `nbytes` takes from `src` to `dst` on an idle fabric."""
         rate = min(self._tx[src].capacity_Bps, self._rx[dst].capacity_Bps,
                    inf if self.core is None else self.core.capacity_Bps)
@@ -425,16 +425,28 @@ def _arrived(delivery) -> None:
     delivery.value.on_delivered()
 
 
+SHOCKS_PER_DRAW = 256
+
+
+def normal_draws(rng: np.random.Generator, scale: float, per_draw: int = SHOCKS_PER_DRAW):
+    """Normal(0, scale) values one at a time, drawn `per_draw` at a call: numpy's Generator gives the
+    values (and order) one call per value gives, at a fraction of the calls. It draws ahead, so
+    `rng` must be the caller's own."""
+    while True:
+        yield from rng.normal(0.0, scale, per_draw).tolist()
+
+
 def background_load(env, link: Link, *, mean: float, std: float, period_s: float,
                     correlation: float, rng: np.random.Generator, daemons: Daemons):
     """Process: every `period_s` the share of the link taken by other traffic moves (AR(1) around
     `mean`, clipped to [0, 0.95]); our flows share what is left. This is what turns a 1-second WAN
-    transfer into a 20-second one. A daemon: it stops ticking once only daemons are left."""
+    transfer into a 20-second one. A daemon: it stops ticking once only daemons are left.
+    `rng` is this process's own."""
     load = mean
-    innovation = std * np.sqrt(1.0 - correlation ** 2)
+    shocks = normal_draws(rng, std * np.sqrt(1.0 - correlation ** 2))
     while True:
         link.set_capacity(link.bandwidth_Bps * (1.0 - load))
         yield daemons.sleep(period_s)
         if not daemons.keep_going():
             return
-        load = min(max(mean + correlation * (load - mean) + rng.normal(0.0, innovation), 0.0), 0.95)
+        load = min(max(mean + correlation * (load - mean) + next(shocks), 0.0), 0.95)

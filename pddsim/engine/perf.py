@@ -10,8 +10,9 @@ read too, so decode slows as contexts grow. A MoE's routed experts are grouped G
 iteration touches is read once and pays a fixed cost, so few tokens per expert run far below the
 dense peak, and under expert parallelism the busiest group of experts sets the pace (tokens pick
 experts at random); an iteration launched eagerly also pays a fixed time per MoE layer and per
-routed expert it touches (the routing's bookkeeping and launches every rank does). An instance may split its GPUs into attention data-parallel ranks (each holding its
-requests' KV and a replica of the non-expert weights) with the experts spread over all of them.
+routed expert it touches (the routing's bookkeeping and launches every rank does). An instance
+may split its GPUs into attention data-parallel ranks (each holding its requests' KV and a replica
+of the non-expert weights) with the experts spread over all of them.
 The table model replaces the roofline by measured iteration times interpolated from a CSV.
 """
 from __future__ import annotations
@@ -248,8 +249,9 @@ class Roofline:
                   + n * self.s_per_request, growth * self.s_per_kv_token + n * self.s_per_index_kv)
         cpu = 0.0 if self.overlap else n * self.cpu_per_request
         eager = n > self.graph_max_batch
+        eager_moe = self._eager_moe(n) if eager and self.eager_experts_s else self.eager_moe_s
         run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s + cpu
-                        + self._eager_moe(n) * eager, k)
+                        + eager_moe * eager, k)
         if not self.floored:
             return run
         floor = self._floor(n, eager, max)

@@ -12,25 +12,11 @@ stage: it delays nobody the user sees.
 from __future__ import annotations
 
 from array import array
-from enum import Enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the engine reads a trace entry's fields; it needs no workload code
     from pddsim.engine.job import Job
     from pddsim.workload.model import TraceRequest
-
-
-class Route(str, Enum):
-    """The path a request's KV and stream take through the system (its `pipeline` in outputs)."""
-
-    COLOCATED = "colocated"    # prefill and decode on one instance
-    P_D = "p_d"                # PD: prefill, then the decode instance streams
-    P_MD = "p_md"              # PDD: the KV the MD lacks crosses the WAN, the MD streams
-    P_RLD_MD = "p_rld_md"      # PDD dual path: the RLD streams while the WAN carries the delta
-    P_RLD = "p_rld"            # PDD: the RLD finishes the request, nothing crosses the WAN
-
-    def __str__(self) -> str:
-        return self.value
 
 
 STAGES = (
@@ -83,7 +69,7 @@ class Request:
         self.tokens_out = 0
         self.finish_s: float | None = None
         self.failed: str | None = None
-        self.pipeline: Route | str = ""
+        self.pipeline = ""                    # its route, once the system has decided it
         self.wan_bytes = 0.0
         self.wan_bytes_no_drc = 0.0
         self.rdma_bytes = 0.0

@@ -23,7 +23,6 @@ from pddsim.errors import InputError
 
 RETRIES = 2          # further attempts after a call's first failure
 WATCH_S = 0.5        # how often a worker checks that its parent still runs
-BACKENDS = ("processes", "ray")
 
 
 @dataclass(frozen=True)

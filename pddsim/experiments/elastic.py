@@ -13,13 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from pddsim.config import AgentSynthetic, Config, from_dict, parse_diurnal
 from pddsim.errors import InputError
 from pddsim.sim import load_workload, simulate
 from pddsim.workload.model import Workload
+from pddsim.workload.synthetic import curve_mean
 
 # a working day relative to the peak session rate (the config's): nights at a quarter, a morning
 # ramp to the peak from 10:00 to 17:00, an evening half
@@ -29,21 +29,15 @@ ROLES = ("prefill", "relay", "decode")
 
 
 def reactive(role: str, cfg: Config, most: int) -> dict:
-    """The controller the study gives a pool: prefill tracks its queue and recent TTFT (a quarter of the
-    SLO's), decode its KV occupancy and recent TPOT (80% of the SLO's), both at P90, every 30 s,
-    5 minutes between changes; the relay pool stays as configured."""
-    base = {"policy": "reactive", "min": 1, "max": most}
+    """The controller the study gives a pool: each tracks its queue (1 request waiting per
+    instance: a decoder's waiting requests hold back their first token); prefill also the TTFT of
+    recent requests (a quarter of the SLO's), decode its KV occupancy (80%) and the TPOT of recent
+    requests (80% of the SLO's), at P90, every 30 s, 5 minutes between changes. The relay pool
+    stays as configured."""
+    base = {"policy": "reactive", "min": 1, "max": most, "queue_per_instance": 1.0}
     if role == "prefill":
-        return {**base, "queue_per_instance": 1.0, "ttft_s": cfg.slo.ttft_s / 4}
+        return {**base, "ttft_s": cfg.slo.ttft_s / 4}
     return {**base, "kv_occupancy": 0.8, "tpot_s": cfg.slo.tpot_s * 0.8}
-
-
-def curve_mean(curve: str) -> float:
-    """The day curve's mean multiplier (it is linear between its points)."""
-    hours, multipliers = parse_diurnal(curve)
-    grid = np.linspace(0.0, 24.0, 24 * 60 + 1)
-    values = np.interp(grid, hours, multipliers, period=24.0)
-    return float(np.trapezoid(values, grid) / 24.0)
 
 
 def day_config(cfg: Config, curve: str, day_s: float) -> Config:

@@ -57,6 +57,7 @@ class HandoffBenchSpec:
     md_tp: int = 8                 # the smallest H20 node that holds the INT4 1T model
     # the engine profile of the paper configs (a 2025 engine)
     perf: Perf = field(default_factory=lambda: Perf(engine="modern-fp8"))
+    known: catalog.Catalog = catalog.BUNDLED     # where model, GPU and engine are looked up
     # Calibrated to the recompute std (4.8 ms): the wait for the current iteration's end is uniform
     # over it, so std = iteration / sqrt(12); one request of 256K tokens gives a 15.7 ms decode
     # iteration (std 4.5 ms): 5 ms of engine overhead, 4.4 ms of all-reduce latency, the weight
@@ -95,7 +96,7 @@ class HandoffBenchSpec:
 
     def setup(self) -> dict:
         """What the numbers were measured on, to print beside them."""
-        return {k: v for k, v in asdict(self).items() if k != "perf"} | {
+        return {k: v for k, v in asdict(self).items() if k not in ("perf", "known")} | {
             "perf": self.perf.model_dump(exclude={"kind", "table"})}
 
 
@@ -112,6 +113,7 @@ def scenario_spec(cfg: Config, base: HandoffBenchSpec = HandoffBenchSpec()) -> H
     wan, bg = cfg.wan, cfg.wan.background
     return replace(
         base, model=cfg.model, md_gpu=cluster.gpu, md_tp=group.tp, perf=cluster.perf or cfg.perf,
+        known=cfg.catalog,
         md_context=65_536, bandwidth_gbps=wan.bandwidth_gbps, rtt_ms=wan.rtt_ms,
         flow_cap_gbps=wan.flow_cap_gbps, token_id_bytes=cfg.pdd.token_id_bytes,
         background_mean=bg.mean if bg else 0.0, background_std=bg.std if bg else 0.0,
@@ -145,8 +147,8 @@ def _md_iterations(spec: HandoffBenchSpec) -> tuple[float, float]:
     """Roofline time of the MD's decode iteration, alone and with the handed-off sequence's
     tokens in it (priced as the simulator prices an extend chunk: causal attention over the
     sequence's context, its KV read once)."""
-    roofline = Roofline.from_config(catalog.model(spec.model), catalog.gpu(spec.md_gpu), spec.md_tp,
-                                    spec.perf)
+    roofline = Roofline.from_config(spec.known.model(spec.model), spec.known.gpu(spec.md_gpu),
+                                    spec.md_tp, spec.perf, known=spec.known)
     b, ctx, n = spec.md_batch, spec.md_context, spec.tokens
     decode = roofline.iteration(b, b * ctx, b * ctx, b * ctx)
     extend = roofline.iteration(b + n, b * ctx + chunk_attention_pairs(ctx, n), (b + 1) * ctx, b * ctx)
@@ -188,7 +190,7 @@ def handoff_microbenchmark(spec: HandoffBenchSpec = HandoffBenchSpec(), seed: in
     """Hand `spec.tokens` tokens from RLD to MD `spec.runs` times both ways at the same instants;
     mean, max and std (ms) of each, beside the paper's."""
     env = simpy.Environment()
-    model = catalog.model(spec.model)
+    model = spec.known.model(spec.model)
     wan = make_link(env, "wan", LinkConfig(
         bandwidth_gbps=spec.bandwidth_gbps, rtt_ms=spec.rtt_ms, flow_cap_gbps=spec.flow_cap_gbps,
         background=BackgroundLoad(mean=spec.background_mean, std=spec.background_std,

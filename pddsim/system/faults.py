@@ -110,9 +110,10 @@ class FaultInjector:
         no progress: a run stuck otherwise still ends) and repair times."""
         while True:
             yield daemons.sleep(float(self.rng.exponential(rf.mtbf_s)))
+            self._take_down(inst)
+            # only then is the run judged: the requests it re-dispatched are progress, not stuck
             if not daemons.keep_going():
                 return
-            self._take_down(inst)
             yield self.env.timeout(float(self.rng.exponential(rf.mttr_s)))
             self._bring_up(inst)
 

@@ -1,4 +1,4 @@
-"""Which PDD route (`pddsim.engine.request.Route`) a request takes once its prefill is done,
+"""Which PDD route (`pddsim.system.routes.Route`) a request takes once its prefill is done,
 chosen by name in the config:
 
 * `p_md`: the KV the MD lacks crosses the WAN and the MD streams (high-hit requests: small delta);
@@ -13,7 +13,8 @@ import numpy as np
 
 from pddsim.config import Pdd
 from pddsim.engine.network import Link
-from pddsim.engine.request import Request, Route
+from pddsim.engine.request import Request
+from pddsim.system.routes import Route
 
 
 class PathPolicy(Protocol):

@@ -16,11 +16,12 @@ from functools import partial
 from pddsim.engine.instance import Instance
 from pddsim.engine.job import Job
 from pddsim.engine.network import Flow, Link
-from pddsim.engine.request import Request, Route
+from pddsim.engine.request import Request
 from pddsim.system.faults import INSTANCE_FAILED
 from pddsim.system.handoff import HANDOFFS
 from pddsim.system.paths import PATH_POLICIES
 from pddsim.system.pipelines import Disaggregated
+from pddsim.system.routes import Route
 
 RELAY_STAGES = ("relay_queue", "relay_decode")
 

@@ -11,9 +11,10 @@ import simpy
 from pddsim.engine.instance import Instance
 from pddsim.engine.job import Job
 from pddsim.engine.network import Flow
-from pddsim.engine.request import Request, Route
+from pddsim.engine.request import Request
 from pddsim.system.deployment import Deployment
 from pddsim.system.faults import TRANSFER_TIMEOUT
+from pddsim.system.routes import Route
 
 # the stages a job's request is in while the job waits for an instance, and while it decodes there
 # (an admitted prompt is in "prefill", a preempted decoder in "recompute": the engine's own)
@@ -87,8 +88,11 @@ class Pipeline:
         self._end(job.req)
 
     def give_up(self, req: Request, reason: str) -> None:
-        """End a request that cannot go on (a fault): what its attempt holds is let go, and it
-        fails with `reason`."""
+        """End a request that cannot go on (a fault): what its attempt holds is let go (its job
+        taken back if it still waits for an instance), and it fails with `reason`."""
+        job = req.job
+        if job is not None and job.inst is not None:
+            job.inst.withdraw(job)
         self.abandon(req)
         req.failed = reason
         self._end(req)

@@ -1,6 +1,8 @@
 """A pool of instances of one role, with what routers need of it kept current so a routing
 decision costs the same in a pool of 4 or of 1,024: the instances ordered by queued work then KV
-load (a heap), and which instances' prefix caches hold a block.
+load (a heap), and which instances' prefix caches hold a block (that map only from the first
+time a router asks for it: pools small enough to scan never do, and keeping it costs a step per
+block every cache gains or loses).
 
 Queued work changes only when an instance's state does, and the instance says so (it marks itself
 in `changed` before any callback and before it waits; see `Instance.load_watch`); the heap is
@@ -44,8 +46,8 @@ class Pool(list):
 
 class PoolIndex:
     """A pool's members (every instance it ever had, in order) by (queued work, KV load,
-    position), and block -> positions of the members whose cache holds it; the members out of
-    service are left out of both."""
+    position), and block -> positions of the members whose cache holds it (from the first
+    `holders`); the members out of service are left out of both."""
 
     def __init__(self):
         self.members: list[Instance] = []
@@ -54,8 +56,9 @@ class PoolIndex:
         self._entry: list[tuple[int, int, int] | None] = []  # each member's live heap entry
         self.changed: dict[Instance, None] = {}          # members marked since the last pick
         # block -> the positions holding it, as the bits of an int: a million blocks held as sets
-        # would be a million objects for the cyclic garbage collector to walk, run after run
-        self._holders: dict[int, int] = {}
+        # would be a million objects for the cyclic garbage collector to walk, run after run.
+        # None until a router first asks; the caches' hooks keep it current from then on.
+        self._holders: dict[int, int] | None = None
 
     # -- what routers ask -----------------------------------------------------------------------
     def least(self, skip: frozenset[int] | set[int] = frozenset()) -> tuple[int, int, int] | None:
@@ -89,6 +92,11 @@ class PoolIndex:
     def holders(self, block: int) -> set[int]:
         """Positions of the members in service whose cache holds `block`."""
         self._refresh()
+        if self._holders is None:
+            self._holders = {}
+            for pos, inst in enumerate(self.members):
+                if self._entry[pos] is not None:         # in service
+                    self._index_cache(inst, pos)
         mask, found = self._holders.get(block, 0), set()
         while mask:
             low = mask & -mask
@@ -117,7 +125,7 @@ class PoolIndex:
         self._entry[pos] = None
         inst.load_watch = None
         self.changed.pop(inst, None)
-        if inst.cache is not None:
+        if inst.cache is not None and self._holders is not None:
             self._removed(pos, inst.cache.blocks())
             inst.cache.on_added = inst.cache.on_removed = None
 
@@ -141,6 +149,11 @@ class PoolIndex:
     def _watch(self, inst: Instance, pos: int) -> None:
         inst.load_watch = self.changed
         self.changed[inst] = None
+        if self._holders is not None:
+            self._index_cache(inst, pos)
+
+    def _index_cache(self, inst: Instance, pos: int) -> None:
+        """Add what the member at `pos` holds to the block map, and keep it there."""
         cache = inst.cache
         if cache is None:
             return
@@ -149,11 +162,13 @@ class PoolIndex:
 
     def _added(self, pos: int, blocks: Iterable[int]) -> None:
         holders, bit = self._holders, 1 << pos
+        assert holders is not None                       # hooks are set once it is built
         for block in blocks:
             holders[block] = holders.get(block, 0) | bit
 
     def _removed(self, pos: int, blocks: Iterable[int]) -> None:
         holders, keep = self._holders, ~(1 << pos)
+        assert holders is not None
         for block in blocks:
             mask = holders.get(block)
             if mask is not None:

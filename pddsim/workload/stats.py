@@ -30,11 +30,6 @@ TIME_UNITS = ((86400.0, "days"), (3600.0, "hours"), (60.0, "minutes"), (1.0, "se
 """Text table layout: row label, numeric cell, and per-cache column widths (characters)."""
 
 
-def hit_bucket(rate: float) -> str:
-    """Label of the bucket holding hit rate `rate` (a fraction in [0, 1])."""
-    return BUCKETS[bucket_index(np.asarray(rate))]
-
-
 def bucket_index(rates: np.ndarray) -> np.ndarray:
     """Bucket positions in BUCKETS of an array of hit rates."""
     return np.searchsorted(BUCKET_EDGES, rates, side="right")

@@ -76,14 +76,26 @@ def day_time(flat_s: np.ndarray, curve: str, day_s: float) -> np.ndarray:
     rate r x m(t) puts them, m the day curve (time rescaling: t = W^-1(s), W(t) the integral of
     m from 0 to t; W is piecewise quadratic, inverted exactly on the curve's points and on a
     one-minute grid between them, linearly)."""
+    grid_s, integral = _day_integral(curve, day_s)
+    per_day = integral[-1]
+    days = np.floor(flat_s / per_day)
+    return days * day_s + np.interp(flat_s - days * per_day, integral, grid_s)
+
+
+def curve_mean(curve: str) -> float:
+    """The day curve's mean multiplier."""
+    _, integral = _day_integral(curve, 24.0)
+    return float(integral[-1] / 24.0)
+
+
+def _day_integral(curve: str, day_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(t, W(t)) over one day on the curve's points and a one-minute grid: W the integral of the
+    curve from midnight (exact there: the curve is linear between its points)."""
     hours, multipliers = parse_diurnal(curve)
     grid_h = np.union1d(np.linspace(0.0, 24.0, 24 * 60 + 1), hours)
     rate = np.interp(grid_h, hours, multipliers, period=24.0)
     grid_s = grid_h / 24.0 * day_s
-    integral = np.concatenate(([0.0], np.cumsum(np.diff(grid_s) * (rate[1:] + rate[:-1]) / 2)))
-    per_day = integral[-1]
-    days = np.floor(flat_s / per_day)
-    return days * day_s + np.interp(flat_s - days * per_day, integral, grid_s)
+    return grid_s, np.concatenate(([0.0], np.cumsum(np.diff(grid_s) * (rate[1:] + rate[:-1]) / 2)))
 
 
 def agent_workload(spec: AgentSpec, seed: int, starts: np.ndarray | None = None) -> Workload:
