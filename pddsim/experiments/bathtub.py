@@ -67,12 +67,15 @@ def shared_tokens(hit_rate: float, stream: Stream) -> int:
 
 
 def warmed(workload: Workload) -> Workload:
-    """The same stream, started once its first request has finished."""
+    """The same stream, started once its first request has finished: one session whose every
+    other request follows the first by its Poisson offset (closed-loop replay lets a request
+    follow only an earlier turn of its own session)."""
     first, *rest = workload.requests
     t0 = first.arrival_s
-    return Workload([replace(first, arrival_s=0.0)]
-                    + [replace(r, arrival_s=r.arrival_s - t0, follows=0, think_s=r.arrival_s - t0)
-                       for r in rest], source=workload.source, extra=workload.extra)
+    return Workload([replace(first, arrival_s=0.0, session_id=0)]
+                    + [replace(r, arrival_s=r.arrival_s - t0, session_id=0, follows=0,
+                               think_s=r.arrival_s - t0) for r in rest],
+                    source=workload.source, extra=workload.extra)
 
 
 def bathtub(cfg: Config, hits: list[float], stream: Stream = Stream(),
