@@ -169,3 +169,54 @@ def test_link_sharing_matches_a_brute_force_fluid_computation(flows, cap):
     expected = _fluid_finish_times([f[0] for f in flows], [f[1] for f in flows], 100.0, cap)
     for i, t in enumerate(expected):
         assert abs(finished[i] - t) <= 1e-6 * max(1.0, t), (i, finished[i], t)
+
+
+@st.composite
+def pdd_under_faults(draw):
+    """A small PDD deployment relaying every request with catch-up handoffs, and faults aimed at
+    its paths: outages of the WAN or the RDMA fabric, any of its instances lost (for a while or
+    for good), at random moments of a few seconds in which prompts, copies, deltas and catch-up
+    parts are in flight."""
+    def group(role):
+        return {"role": role, "count": draw(st.integers(1, 2)), "tp": draw(st.sampled_from((2, 8)))}
+    raw = {"name": "prop", "model": "llama-3.1-70b", "workload": {"trace": "unused.jsonl"},
+           "clusters": {"a": {"gpu": "h100-sxm", "rdma": {"bandwidth_gbps": 400, "rtt_ms": 2},
+                              "instances": [group("prefill"), group("relay")]},
+                        "b": {"gpu": "h100-sxm", "rdma": {"bandwidth_gbps": 400},
+                              "instances": [group("decode")]}},
+           "wan": {"bandwidth_gbps": draw(st.sampled_from((10, 100))),
+                   "rtt_ms": draw(st.sampled_from((20, 200)))},
+           "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
+           "prefix_cache": {"decode_tokens": draw(st.sampled_from((0, None)))},
+           "pdd": {"handoff": draw(st.sampled_from(("catch_up", "one_shot"))),
+                   "path_policy": draw(st.sampled_from(("always_relay", "wan_threshold"))),
+                   "catch_up_tokens": 4, "relay_above_s": 0.0}}
+    targets = ["wan", "rdma:a", "a/prefill0", "a/relay0", "b/decode0"]
+    events = []
+    for _ in range(draw(st.integers(1, 3))):
+        target = draw(st.sampled_from(targets))
+        start, duration = draw(st.floats(0.0, 4.0)), draw(st.sampled_from((0.5, 3.0, None)))
+        if "/" in target:
+            events.append({"kind": "instance_down", "instance": target, "start_s": start,
+                           "duration_s": duration})
+        else:
+            events.append({"kind": "link_down", "link": target, "start_s": start, "duration_s": duration})
+    raw["faults"] = {"events": events, "transfer_timeout_s": draw(st.sampled_from((None, 1.0))),
+                     "max_retries": draw(st.integers(0, 2)),
+                     "degraded": draw(st.sampled_from(("finish_on_relay", "wait")))}
+    return from_dict(raw, "prop")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=pdd_under_faults(), w=workloads(requests=6, gaps=st.floats(0.0, 0.5), outputs=400),
+       seed=st.integers(0, 3))
+def test_pdd_under_faults_keeps_every_invariant(cfg, w, seed):
+    """PDD's relay, takeover, catch-up and leftover paths under faults: every request ends once,
+    every instance and link ends idle with its KV given back (`--check-invariants`)."""
+    df = simulate(cfg, w, seed=seed, check_invariants=True).requests
+    assert sorted(df.request) == list(range(len(w)))
+    done = df.status == "completed"
+    assert (df[done].tokens_out == df[done].output_tokens).all()
+    reasons = df[~done].failure.str.split(": ").str[-1]
+    assert reasons.isin(["instance_failed", "transfer_timeout", "stalled",
+                         "context exceeds the instance's KV memory"]).all()

@@ -124,8 +124,9 @@ class Pipeline:
     def _end(self, req: Request) -> None:
         req.finish_s = self.env.now
         req.close_stages(self.env.now)
-        if req.job is not None:
-            req.job.inst = None
+        job = req.job
+        if job is not None:                  # it is over; and the request no longer refers to it,
+            job.inst = req.job = None        # so neither is kept alive by the other (a cycle)
         self.on_end(req)
 
 
@@ -139,7 +140,7 @@ class Colocated(Pipeline):
                     context=0, use_cache=True)
 
 
-@dataclass
+@dataclass(slots=True)
 class Shipment:
     """A PD request's prompt KV on its way from its prefill instance to its decoder."""
     p: Instance
@@ -231,6 +232,7 @@ class Disaggregated(Pipeline):
         if self._shipping.get(req) is not st:    # abandoned (a fault) while its last bytes flew
             return
         del self._shipping[req]
+        st.flow = None                       # (its delivery refers to it: no cycle left behind)
         st.p.release(st.p_job)
         assert st.d is not None
         self.kv_landed(req, st.d)
