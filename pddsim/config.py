@@ -105,8 +105,8 @@ class Scaling(Strict):
     interval_s: float = Field(30.0, gt=0, description="reactive: the measurement interval")
     cooldown_s: float = Field(300.0, ge=0, description="reactive: no change sooner than this "
                               "after the previous one")
-    tolerance: float = Field(0.1, ge=0, lt=1, description="reactive: no change while every "
-                             "observed/target ratio is within 1 +- this")
+    tolerance: float = Field(0.1, ge=0, lt=1, description="reactive: no change while the "
+                             "largest observed/target ratio is within 1 +- this")
     queue_per_instance: float | None = Field(
         None, gt=0, description="reactive target: requests waiting per instance")
     kv_occupancy: float | None = Field(None, gt=0, le=1, description="reactive target: share "
