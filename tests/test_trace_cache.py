@@ -138,6 +138,14 @@ def test_keys_do_not_collide_on_how_bytes_are_split():
     assert trace_cache.key(b"ab", b"c") != trace_cache.key(b"a", b"bc")
 
 
+def test_a_document_that_could_nest_too_deep_for_orjson_reads_the_same(tmp_path, cache, monkeypatch):
+    path = write_conversation(tmp_path / "c.json", conversation())
+    fresh = uncached(path, monkeypatch)
+    monkeypatch.setattr(readers, "ORJSON_MAX_BRACKETS", 0)
+    monkeypatch.setattr(orjson, "loads", lambda text: pytest.fail("orjson decoded it"))
+    assert same(uncached(path, monkeypatch), fresh)
+
+
 def real_agent_files():
     folder = TRACES / "kv_cache_tester"
     if not folder.exists():

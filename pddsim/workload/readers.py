@@ -552,14 +552,24 @@ def _conversation(file: Path, shared_prefix: bool) -> _Conversation:
     return conversation
 
 
+# orjson (before 3.9) nests on the C stack without a bound: ~100,000 levels crash the process. A
+# document with more brackets than this, which no real conversation has (the largest has ~2,300),
+# could nest that deep and goes to the standard library's decoder, whose depth is bounded.
+ORJSON_MAX_BRACKETS = 10_000
+
+
 def _decode_json(file: Path, raw: bytes):
     """orjson: the same objects as the standard library's decoder, in ~60% of its time on agent traces."""
     try:
-        return orjson.loads(lzma.decompress(raw) if file.suffix == ".xz" else raw)
-    except orjson.JSONDecodeError as e:
-        raise InputError(f"{file}: bad JSON: {e}") from None
+        text = lzma.decompress(raw) if file.suffix == ".xz" else raw
     except lzma.LZMAError as e:
         raise InputError(f"{file}: cannot read: {e}") from None
+    if text.count(b"[") + text.count(b"{") > ORJSON_MAX_BRACKETS:
+        return _parse_json(text.decode("utf-8"), str(file))
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise InputError(f"{file}: bad JSON: {e}") from None
 
 
 def _read_agent(path: Path, limit: int | None, shared_prefix: bool,
