@@ -38,7 +38,8 @@ CROSS_SESSION = [   # request 2 (session 0) follows request 1 (session 1)
     {"session_id": 0, "follows": 1},        # a turn of another session
     {"follows": 1},                          # no session at all
 ])
-def test_a_turn_following_another_session_is_refused_at_read_time(tmp_path, input_error, follower):
+def test_a_turn_following_another_session_with_concurrent_starts_is_refused(tmp_path, input_error,
+                                                                            follower):
     # one session at a time, closed loop: session 0 waited for a turn of session 1, which could
     # only start once session 0 had ended (SimPy: no scheduled events left, exit 1)
     trace = tmp_path / "cross.jsonl"
@@ -47,12 +48,24 @@ def test_a_turn_following_another_session_is_refused_at_read_time(tmp_path, inpu
     p = _run("run", bundled("same_dc_pd.yaml"), "--trace", trace, "--quiet", "--set",
              "workload.replay=closed", "--set", "workload.session_start=concurrent",
              "--set", "workload.concurrent_sessions=1")
-    input_error(p.returncode, p.stderr, "cross.jsonl:3", "'follows'")
+    input_error(p.returncode, p.stderr, "cross.jsonl: request 2 follows request 1 of another session")
 
 
-def test_a_workload_built_with_a_cross_session_turn_is_refused_by_the_replay(make_config):
+def _cross_session(make_config, start):
     w = Workload([TraceRequest(**r) for r in CROSS_SESSION], sessions=2)
-    cfg = make_config(workload__replay="closed", workload__session_start="concurrent",
-                      workload__concurrent_sessions=1)
-    with pytest.raises(InputError, match="request 2 follows request 1"):
-        simulate(cfg, w)
+    cfg = make_config(workload__replay="closed", workload__session_start=start,
+                      **({"workload__concurrent_sessions": 1} if start == "concurrent" else {}))
+    return simulate(cfg, w)
+
+
+def test_a_turn_following_another_session_is_defined_when_sessions_start_on_their_own(make_config):
+    # recorded starts: every session starts at its time, so request 2 starts 0 s after request 1
+    # ends, whichever session it is in (the bathtub's warmed stream is built so)
+    out = _cross_session(make_config, "recorded").requests.set_index("request")
+    assert (out.status == "completed").all()
+    assert out.loc[2, "arrival_s"] == pytest.approx(out.loc[1, "finish_s"])
+
+
+def test_the_replay_refuses_it_when_sessions_wait_for_each_other(make_config):
+    with pytest.raises(InputError, match="request 2 follows request 1 of another session"):
+        _cross_session(make_config, "concurrent")

@@ -296,13 +296,8 @@ def _read_native(path: Path, repairs: Counter) -> list[TraceRequest]:
     for where, obj in _jsonl(path):
         _keys(obj, where, _NATIVE_REQUIRED, _NATIVE_FIELDS)
         kw = {k: read(obj, k, where) for k, read in _NATIVE_FIELDS.items() if k in obj}
-        follows, session = kw.get("follows", -1), kw.get("session_id", -1)
-        if follows >= len(requests):
-            raise InputError(f"{where}: 'follows' must name an earlier request, got {follows}")
-        if follows >= 0 and (session < 0 or requests[follows].session_id != session):
-            raise InputError(f"{where}: 'follows' names request {follows} of session "
-                             f"{requests[follows].session_id}, not one of this request's session "
-                             f"{session}: a turn follows a turn of its own session")
+        if kw.get("follows", -1) >= len(requests):
+            raise InputError(f"{where}: 'follows' must name an earlier request, got {kw['follows']}")
         requests.append(_request(where, repairs, hashes_required=False, **kw))
     flat = all(r.session_id == -1 and r.follows == -1 for r in requests)
     return _by_arrival(requests) if flat else requests

@@ -57,10 +57,8 @@ class Replay:
         if self.closed:
             for i, r in enumerate(self.reqs):
                 if r.follows >= 0:
-                    if self.session_of[r.follows] != self.session_of[i] or r.follows >= i:
-                        # a session started whole could wait forever for a turn of one not started
-                        raise InputError(f"{workload.source}: request {i} follows request "
-                                         f"{r.follows}, not an earlier turn of its own session")
+                    _check_follows(workload.source, i, r.follows, self.session_of,
+                                   wcfg.session_start == "concurrent")
                     self.children[r.follows].append(i)
         self.next_session = 0
 
@@ -169,3 +167,15 @@ class Replay:
     def _issue(self, idx: int, _think: simpy.Event) -> None:
         """A turn's think time is over: it is issued."""
         self.issue_at_now(idx)
+
+
+def _check_follows(source: str, i: int, follows: int, session_of: np.ndarray,
+                   sessions_wait: bool) -> None:
+    """A turn follows an earlier request (no cycle of turns waiting for each other); with sessions
+    started as others end, one of its own session: a session would otherwise wait forever for a
+    turn of one that starts only after it has ended."""
+    if follows >= i:
+        raise InputError(f"{source}: request {i} follows request {follows}, not an earlier one")
+    if sessions_wait and session_of[follows] != session_of[i]:
+        raise InputError(f"{source}: request {i} follows request {follows} of another session; "
+                         "with concurrent session starts a turn follows a turn of its own session")
