@@ -50,7 +50,7 @@ from pddsim.workload.synthetic import agent_workload, generate
 RUN_TABLES = ("requests", "sessions", "instances", "links", "timeseries", "windows")
 # every file `Result.write` may leave, in any of its formats
 RUN_FILES = tuple(f"{t}.{fmt}" for t in RUN_TABLES for fmt in ("parquet", "csv", "jsonl")) + (
-    "summary.json",)
+    "summary.json", "provenance.json")
 
 
 def prepare_out_dir(out_dir: str | Path, *, runs_below: bool = False) -> Path:
