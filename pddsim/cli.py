@@ -29,6 +29,8 @@ EXAMPLES = {
     "compare": "pddsim compare same_dc_pd cross_dc_pd pdd --no-capacity\n  pddsim compare   "
                "# the paper scenario, capacities searched (minutes)",
     "faults": "pddsim faults faults/same_dc_pd faults/pdd --plot faults.png",
+    "elastic": "pddsim elastic paper/same_dc_pd paper/cross_dc_pd paper/pdd   # a day (minutes)\n"
+               "  pddsim elastic paper/pdd --day-s 3600 --curve 0:0.2,12:1 --json",
     "capacity": "pddsim capacity pdd --json",
     "elastic": "pddsim elastic paper/same_dc_pd paper/pdd --day-s 3600",
     "sweep": "pddsim sweep pdd --grid wan.bandwidth_gbps=10,20,40 --out sweep.csv",
