@@ -287,14 +287,22 @@ def cmd_capacity(args) -> int:
         print(_json({**summary, "provenance": cap.result.provenance()}))
         return 0
     where = f"{cap.knob} {cap.load:.4g}, SLO target {cfg.slo.target:.0%}"
-    if not cap.found:
+    measure = "steady-state" if cap.knob == "session_rate_rps" else "achieved"
+    runs = f"{cap.runs} runs, {cap.stopped_early} stopped early"
+    if cap.status == "never stationary":
+        print(f"capacity not found: no load tried became stationary, down to {where} ({runs})")
+    elif cap.status == "never saturated":
+        more = "" if cap.knob == "session_rate_rps" else \
+            " (the workload's sessions run out before the SLO breaks: give it more sessions)"
         print(f"capacity not found: the SLO target held at every load tried, up to "
-              f"{cap.lower_bound_rps:.4g} req/s achieved ({where}); that rate is a lower bound "
-              f"(the workload's sessions run out before the SLO breaks: give it more sessions)")
-        return 0
-    print(f"capacity {cap.capacity_rps:.4g} req/s achieved ({where}): "
-          f"goodput {summary['goodput_rps']:.4g} req/s, "
-          f"cost ${summary['cost_per_hour']:.2f}/h, BCR {summary['bcr']:.4g} req/$")
+              f"{cap.lower_bound_rps:.4g} req/s {measure} ({where}); that rate is a lower bound"
+              f"{more} ({runs})")
+    else:
+        interval = f" [95%: {cap.interval[0]:.4g}, {cap.interval[1]:.4g}]" if cap.interval else ""
+        print(f"capacity {cap.capacity_rps:.4g} req/s {measure}{interval} ({where}; the highest "
+              f"passing load below the lowest failing one tried, {runs}): goodput "
+              f"{cap.goodput_rps:.4g} req/s, cost ${summary['cost_per_hour']:.2f}/h, "
+              f"BCR {cap.bcr:.4g} req/$")
     return 0
 
 
@@ -634,7 +642,8 @@ def parser() -> Parser:
     ela.add_argument("--seed", type=int)
     ela.add_argument("--json", action="store_true", help="print the table as JSON records")
     ela.set_defaults(func=cmd_elastic)
-    cap = sub.add_parser("capacity", help="highest arrival rate meeting the SLO target")
+    cap = sub.add_parser("capacity", help="highest load meeting the SLO target, as the rate "
+                         "sustained there (steady state with workload.horizon_s)")
     _add_config_args(cap)
     cap.add_argument("--seed", type=int)
     cap.add_argument("--json", action="store_true", help="capacity_rps plus the run summary "

@@ -3,7 +3,7 @@ the chosen splits."""
 from notebook_runner import run_notebook
 
 # open loop: a few closed-loop sessions never load a deployment up to its capacity
-SMALL = "SESSIONS = 8\nCOUNTS = 2\nJOBS = 1\nEXTRA = ['workload.replay=open']\n"
+SMALL = "HORIZON_S = 20\nCOUNTS = 2\nJOBS = 1\nEXTRA = ['workload.replay=open']\n"
 
 
 def test_capacity_notebook_runs():

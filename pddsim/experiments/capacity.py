@@ -75,13 +75,31 @@ class Capacity:
         """A rate the deployment sustained within the SLO target: the capacity, or at most it."""
         return self.result.summary[rate_key(self.knob)] or 0.0
 
+    @property
+    def goodput_rps(self) -> float | None:
+        """Requests meeting the SLO per second at capacity: the capacity times the SLO share on
+        the same measure (steady state: the window's), or the whole run's goodput."""
+        if not self.found:
+            return None
+        s = self.result.summary
+        if self.knob != "session_rate_rps":
+            return s["goodput_rps"]
+        return (self.capacity_rps or 0.0) * (s["steady_slo_attainment"] or 0.0)
+
+    @property
+    def bcr(self) -> float | None:
+        """Goodput per dollar at capacity (requests per $)."""
+        goodput = self.goodput_rps
+        return None if goodput is None else goodput * 3600.0 / self.result.summary["cost_per_hour"]
+
     def summary(self) -> dict:
         head = {"capacity_rps": self.capacity_rps, "capacity_found": self.found,
                 "capacity_status": self.status, "capacity_knob": self.knob,
                 "capacity_load": self.load,
                 "capacity_lo_rps": self.interval[0] if self.interval else None,
                 "capacity_hi_rps": self.interval[1] if self.interval else None,
-                "capacity_runs": self.runs, "capacity_runs_stopped_early": self.stopped_early}
+                "capacity_runs": self.runs, "capacity_runs_stopped_early": self.stopped_early,
+                "goodput_at_capacity_rps": self.goodput_rps, "bcr_at_capacity": self.bcr}
         if self.status == "never saturated":
             head["capacity_lower_bound_rps"] = self.lower_bound_rps
         return {**head, **self.result.summary}
@@ -130,8 +148,8 @@ def hopeless(cfg: Config, workload: Workload, steady: bool) -> Callable[[Request
     allowed = (1 - cfg.slo.target) * len(workload.requests)
     reqs = workload.requests
     start, end = -math.inf, math.inf
-    if steady:
-        firsts = [reqs[members[0]].arrival_s for members in sessions_of(workload)]
+    firsts = [reqs[members[0]].arrival_s for members in sessions_of(workload)] if steady else []
+    if firsts:
         start, end = always_inside_from(min(firsts), max(firsts)), max(firsts)
     missed = 0
 
