@@ -90,4 +90,5 @@ def test_the_cli_lists_every_factor(capsys):
         main(["map", "--help"])
     except SystemExit:
         pass
-    assert all(name in capsys.readouterr().out for name in FACTORS)
+    out = capsys.readouterr().out
+    assert all(name in out for name in FACTORS)
