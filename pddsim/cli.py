@@ -30,6 +30,8 @@ EXAMPLES = {
                "# the paper scenario, capacities searched (minutes)",
     "faults": "pddsim faults faults/same_dc_pd faults/pdd --plot faults.png",
     "capacity": "pddsim capacity pdd --json",
+    "elastic": "pddsim elastic paper/same_dc_pd paper/pdd --json",
+    "map": "pddsim map --x gpu_b_premium=0,0.3,1 --y output_mean=1000,2000 --plot map.png",
     "sweep": "pddsim sweep pdd --grid wan.bandwidth_gbps=10,20,40 --out sweep.csv",
     "plan": "pddsim plan same_dc_pd --vary clusters.a.instances.0.count=2..4 "
             "--vary clusters.a.instances.1.count=2..6 --budget 200 --out plan",
