@@ -151,7 +151,7 @@ def format_comparison(summaries: list[dict], rows_shown: list[tuple[str, str, st
         cells = []
         for i, s in enumerate(summaries):
             cell = format_cell(fmt, key, s.get(key))
-            change = relative_change(base.get(key), s.get(key)) if i and key != "split" else None
+            change = relative_change(base.get(key), s.get(key)) if i and fmt != "{}" else None
             if change is not None:
                 cell += f" ({change:+.0%})"
             cells.append(cell)
