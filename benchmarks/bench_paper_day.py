@@ -16,9 +16,8 @@ from pddsim.sim import load_workload, simulate
 
 def main() -> int:
     hours = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
-    rate = load_config(bundled("paper/pdd.yaml")).workload.synthetic.knobs.session_rate
-    sessions = max(1, round(hours * 3600 * rate))
-    cfg = load_config(bundled("paper/pdd.yaml"), values={"workload.synthetic.knobs.sessions": sessions})
+    cfg = load_config(bundled("paper/pdd.yaml"), values={"workload.horizon_s": hours * 3600})
+    rate = cfg.workload.session_rate_rps
     t0 = time.perf_counter()
     workload = load_workload(cfg)
     t1 = time.perf_counter()
@@ -26,7 +25,7 @@ def main() -> int:
     t2 = time.perf_counter()
     bare_s = bare_timeouts()
     s = result.summary
-    print(f"sessions            {sessions} ({hours:g} h at {rate:g}/s)")
+    print(f"sessions            {workload.sessions} ({hours:g} h at {rate:g}/s)")
     print(f"requests            {s['requests_completed']} of {s['requests_total']} completed")
     print(f"workload generation {t1 - t0:.2f} s")
     per_request = (t2 - t1) / max(len(workload.requests), 1)

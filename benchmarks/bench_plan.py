@@ -8,7 +8,7 @@ A shared machine's speed drifts by tens of percent within minutes, more than the
 measured here, so the backends run in ROUNDS rounds (default 2), each in the reverse order of the
 one before, and the figures compare each backend's best round; every round is printed too.
 A reduced workload, replayed open loop, keeps it to minutes:
-`python benchmarks/bench_plan.py [SESSIONS [ROUNDS]]` (default 24 sessions).
+`python benchmarks/bench_plan.py [HORIZON_S [ROUNDS]]` (default 60 s of session starts).
 """
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ BACKENDS = {"1 process": lambda: Processes(1), "2 processes": lambda: Processes(
 
 
 def main() -> int:
-    sessions = int(sys.argv[1]) if len(sys.argv) > 1 else 24
+    horizon_s = float(sys.argv[1]) if len(sys.argv) > 1 else 60
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     config = bundled("paper/same_dc_pd.yaml")
     # open loop: a reduced closed-loop workload never loads the larger splits up to their capacity
-    overrides = [f"workload.synthetic.knobs.sessions={sessions}", "workload.replay=open"]
+    overrides = [f"workload.horizon_s={horizon_s}", "workload.replay=open"]
     walls: dict[str, list[float]] = {label: [] for label in BACKENDS}
     plans = []
     for r in range(rounds):
@@ -40,7 +40,8 @@ def main() -> int:
                 walls[label].append(time.perf_counter() - t0)
     first = plans[0]
     same = all(p == first for p in plans)
-    print(f"points simulated   {first['simulated']} of {first['space']} (seed 0, {sessions} sessions)")
+    print(f"points simulated   {first['simulated']} of {first['space']} "
+          f"(seed 0, {horizon_s:g} s of session starts)")
     for label, times in walls.items():
         print(f"{label:<18} {min(times):7.1f} s  (rounds: {', '.join(f'{t:.1f}' for t in times)})")
     t1, t2, tr = (min(walls[label]) for label in BACKENDS)

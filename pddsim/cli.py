@@ -31,8 +31,8 @@ EXAMPLES = {
     "faults": "pddsim faults faults/same_dc_pd faults/pdd --plot faults.png",
     "elastic": "pddsim elastic paper/same_dc_pd paper/cross_dc_pd paper/pdd   # a day (minutes)\n"
                "  pddsim elastic paper/pdd --day-s 3600 --curve 0:0.2,12:1 --json",
-    "capacity": "pddsim capacity pdd --json",
-    "elastic": "pddsim elastic paper/same_dc_pd paper/pdd --day-s 3600",
+    "capacity": "pddsim capacity paper/pdd --json   # steady state over a horizon (minutes)",
+    "map": "pddsim map --x gpu_b_premium=0,0.3,1 --y output_mean=1000,2000 --plot map.png",
     "sweep": "pddsim sweep pdd --grid wan.bandwidth_gbps=10,20,40 --out sweep.csv",
     "plan": "pddsim plan same_dc_pd --vary clusters.a.instances.0.count=2..4 "
             "--vary clusters.a.instances.1.count=2..6 --budget 200 --out plan",
@@ -299,17 +299,35 @@ def cmd_capacity(args) -> int:
         print(_json({**summary, "provenance": cap.result.provenance()}))
         return 0
     where = f"{cap.knob} {cap.load:.4g}, SLO target {cfg.slo.target:.0%}"
+    measure = "steady-state" if cap.knob == "session_rate_rps" else "achieved"
+    runs = f"{cap.runs} runs, {cap.stopped_early} stopped early"
     if cap.status == "never stationary":
-        print(f"capacity not found: no run of the search settled into a steady state ({where})")
-        return 0
-    if not cap.found:
+        print(f"capacity not found: no load tried became stationary, down to {where} ({runs})")
+    elif cap.status == "never saturated":
+        more = "" if cap.knob == "session_rate_rps" else \
+            " (the workload's sessions run out before the SLO breaks: give it more sessions)"
         print(f"capacity not found: the SLO target held at every load tried, up to "
-              f"{cap.lower_bound_rps:.4g} req/s achieved ({where}); that rate is a lower bound "
-              f"(the workload's sessions run out before the SLO breaks: give it more sessions)")
-        return 0
-    print(f"capacity {cap.capacity_rps:.4g} req/s achieved ({where}): "
-          f"goodput {summary['goodput_rps']:.4g} req/s, "
-          f"cost ${summary['cost_per_hour']:.2f}/h, BCR {summary['bcr']:.4g} req/$")
+              f"{cap.lower_bound_rps:.4g} req/s {measure} ({where}); that rate is a lower bound"
+              f"{more} ({runs})")
+    else:
+        interval = f" [95%: {cap.interval[0]:.4g}, {cap.interval[1]:.4g}]" if cap.interval else ""
+        print(f"capacity {cap.capacity_rps:.4g} req/s {measure}{interval} ({where}; the highest "
+              f"passing load below the lowest failing one tried, {runs}): goodput "
+              f"{cap.goodput_rps:.4g} req/s, cost ${summary['cost_per_hour']:.2f}/h, "
+              f"BCR {cap.bcr:.4g} req/$")
+    return 0
+
+
+def cmd_map(args) -> int:
+    from pddsim.experiments import paper
+    from pddsim.experiments.pdd_map import format_map, parse_factor, pdd_map, plot_map
+    x, y = parse_factor(args.x, "--x"), parse_factor(args.y, "--y")
+    baseline, pdd = args.baseline or paper.PAPER_CONFIGS[0], args.pdd or paper.PAPER_CONFIGS[2]
+    with _progress(None, args.quiet) as bar:
+        rows = pdd_map(baseline, pdd, x, y, args.set or [], seed=args.seed, on_progress=bar.update)
+    if args.plot:
+        plot_map(rows, x[0], y[0], args.plot)
+    print(_json(rows) if args.json else format_map(rows, x[0], y[0]))
     return 0
 
 
@@ -650,13 +668,29 @@ def parser() -> Parser:
     ela.add_argument("--seed", type=int)
     ela.add_argument("--json", action="store_true", help="print the table as JSON records")
     ela.set_defaults(func=cmd_elastic)
-    cap = sub.add_parser("capacity", help="highest arrival rate meeting the SLO target")
+    cap = sub.add_parser("capacity", help="highest load meeting the SLO target, as the rate "
+                         "sustained there (steady state with workload.horizon_s)")
     _add_config_args(cap)
     cap.add_argument("--seed", type=int)
     cap.add_argument("--json", action="store_true", help="capacity_rps plus the run summary "
                      "(no progress bar)")
     cap.add_argument("--quiet", action="store_true", help="no progress bar")
     cap.set_defaults(func=cmd_capacity)
+
+    mp = sub.add_parser("map", help="where PDD wins: its capacity and BCR over a baseline's on a "
+                        "grid of two factors, with the break-even line")
+    for flag in ("--x", "--y"):
+        mp.add_argument(flag, required=True, metavar="FACTOR=V1,V2,...",
+                        help="a factor and its values (gpu_b_premium, output_mean, tpot_slo_s, "
+                        "max_batch, kv_dtype, wan_gbps, long_prob, context_mean)")
+    mp.add_argument("--baseline", metavar="CONFIG", help="default: the paper's same-DC PD")
+    mp.add_argument("--pdd", metavar="CONFIG", help="default: the paper's PDD")
+    mp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override on both systems")
+    mp.add_argument("--seed", type=int, help="override the configs' seed")
+    mp.add_argument("--plot", metavar="FILE.png", help="draw both maps with their break-even lines")
+    mp.add_argument("--json", action="store_true", help="one JSON row per grid point")
+    mp.add_argument("--quiet", action="store_true", help="no progress bar")
+    mp.set_defaults(func=cmd_map)
 
     swp = sub.add_parser("sweep", help="one scenario over a grid of config values, one row a point")
     _add_config_args(swp, trace=False)

@@ -506,6 +506,10 @@ class Policies(Strict):
         "least_loaded", description="picks the decode (MD) instance; cache_affinity keeps a "
         "session on the decoder holding its prefix (DRC alignment), least_loaded does not")
     relay_router: Router = Field("least_loaded", description="picks the relay-decode (RLD) instance")
+    offload_above_tokens: int | None = Field(
+        None, ge=1, description="selective prefill offload (PD only): a prompt longer than this is "
+        "prefilled on the prefill instances of the cluster without decoders (its KV crosses the "
+        "WAN), a shorter one beside the decoders; null: any prefill instance")
 
 
 class AnomalyFilter(Strict):
@@ -671,6 +675,11 @@ class Config(Strict):
             if where["relay"] != where["prefill"] or where["decode"] == where["prefill"]:
                 raise ValueError("PDD puts relay instances beside prefill and decode (MD) "
                                  "instances in the other cluster")
+        if self.policies.offload_above_tokens is not None and ("relay" in roles or len({
+                c for c, cl in self.clusters.items() for g in cl.instances
+                if g.role == "prefill"}) < 2):
+            raise ValueError("policies.offload_above_tokens needs PD with prefill instances in "
+                             "both clusters (those beside the decoders take the short prompts)")
         if len(self.clusters) > 2:
             raise ValueError("at most two clusters (one WAN line) are modelled")
         if len(self.clusters) == 2 and self.wan is None:

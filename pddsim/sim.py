@@ -127,7 +127,7 @@ def make_pipeline(env, cfg: Config, dep: Deployment, routers, on_end, seed: int,
         return Colocated(env, dep, routers, on_end, tracer)
     if "relay" in dep.pools:
         return PDD(env, dep, routers, on_end, cfg.pdd, np.random.default_rng([seed, 4]), tracer)
-    return Disaggregated(env, dep, routers, on_end, tracer)
+    return Disaggregated(env, dep, routers, on_end, tracer, cfg.policies.offload_above_tokens)
 
 
 def load_workload(cfg: Config, source: Workload | None = None) -> Workload:

@@ -103,20 +103,28 @@ def steady_summary(requests: pd.DataFrame) -> dict:
     95% interval by batch means, and their SLO share, None when the run never becomes stationary;
     the window's bounds and flag."""
     w = steady_window(requests)
-    arrival = requests["arrival_s"].to_numpy()
-    inside = (arrival >= w.start_s) & (arrival <= w.end_s)
-    span = w.end_s - w.start_s
-    ok = w.stationary and span > 0 and inside.sum() > 1
-    lo, hi = rate_interval(arrival, w.start_s, w.end_s) if ok else (None, None)
+    figures = window_figures(requests, w.start_s, w.end_s)
+    ok = w.stationary and figures["steady_rps"] is not None
     return {
         "steady_window_start_s": w.start_s,
         "steady_window_end_s": w.end_s,
         "steady_stationary": bool(w.stationary),
-        "steady_rps": float((inside.sum() - 1) / span) if ok else None,
-        "steady_rps_lo": lo,
-        "steady_rps_hi": hi,
-        "steady_slo_attainment": float(requests["slo_met"].to_numpy()[inside].mean()) if ok else None,
+        **{k: v if ok else None for k, v in figures.items()},
     }
+
+
+def window_figures(requests: pd.DataFrame, start_s: float, end_s: float) -> dict:
+    """The rate of the requests issued in [start_s, end_s], its interval and their SLO share
+    (None without two requests there), whether or not the window is stationary."""
+    arrival = requests["arrival_s"].to_numpy()
+    inside = (arrival >= start_s) & (arrival <= end_s)
+    if end_s <= start_s or inside.sum() < 2:
+        return dict.fromkeys(("steady_rps", "steady_rps_lo", "steady_rps_hi",
+                              "steady_slo_attainment"))
+    lo, hi = rate_interval(arrival, start_s, end_s)
+    return {"steady_rps": float((inside.sum() - 1) / (end_s - start_s)), "steady_rps_lo": lo,
+            "steady_rps_hi": hi,
+            "steady_slo_attainment": float(requests["slo_met"].to_numpy()[inside].mean())}
 
 
 def always_inside_from(first_issue_s: float, last_start_s: float) -> float:

@@ -17,7 +17,7 @@ FAULT_TIME_SCALE = 40     # the faults studies' outages, brought inside the shor
 
 
 def small(name):
-    sets = ["workload.synthetic.knobs.sessions=8"] if name.startswith("paper/") else ["workload.limit=150"]
+    sets = ["workload.horizon_s=60"] if name.startswith("paper/") else ["workload.limit=150"]
     cfg = load_config(bundled(name), sets)
     if cfg.faults is None:
         return cfg

@@ -3,7 +3,7 @@ from notebook_runner import run_notebook
 
 from pddsim.experiments.paper import FIGURES
 
-SMALL = ("SESSIONS = 40\nCAPACITY = False\nLOADS = [0.5, 1.0]\nBATHTUB_HITS = [0.0, 0.5, 0.9]\n"
+SMALL = ("HORIZON_S = 100\nCAPACITY = False\nLOADS = [0.5, 1.0]\nBATHTUB_HITS = [0.0, 0.5, 0.9]\n"
          "BATHTUB_REQUESTS = 20\nRLD_THRESHOLDS_S = [0.5, 2.0]\n")
 
 

@@ -307,7 +307,7 @@ def test_the_paper_comparison_runs_at_the_planned_splits(tmp_path, capsys, input
     # a count set by hand wins over the planned one
     mine = planned_configs([f"{P}=1"])[0][0]
     assert mine.clusters["a"].instances[0].count == 1
-    reduced = ["--set", "workload.synthetic.knobs.sessions=4", "--no-capacity", "--quiet"]
+    reduced = ["--set", "workload.horizon_s=30", "--no-capacity", "--quiet"]
     assert main(["compare", *reduced]) == 0
     out = capsys.readouterr().out
     assert f"each system at its best split within ${budget:g}/h" in out

@@ -33,9 +33,9 @@ def test_prefill_hit_rate_holds_as_load_rises_while_every_cache_holds_the_workin
     # the session rate 8x (SLO still met) must not push turns away: queues of cache hits are short.
     def hit_rate(session_rate):
         cfg = load_config(CONFIGS / "paper" / "same_dc_pd.yaml", [
-            "workload.replay=closed", "workload.synthetic.knobs.sessions=60",
+            "workload.replay=closed", "workload.horizon_s=150",
             "workload.synthetic.knobs.turns_mean=10", "workload.synthetic.knobs.output_mean=300",
-            f"workload.synthetic.knobs.session_rate={session_rate}"])
+            f"workload.session_rate_rps={session_rate}"])
         summary = simulate(cfg, load_workload(cfg), 0).summary
         assert summary["slo_attainment"] >= cfg.slo.target
         return summary["prefix_hit_rate"]

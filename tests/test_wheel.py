@@ -62,7 +62,7 @@ def test_wheel_runs_the_bundled_scenarios(installed, tmp_path):
                           cwd=tmp_path).stdout)
     assert run_["requests_total"] == 200
     compared = json.loads(run(installed, "compare", "--no-capacity", "--json", "--quiet",
-                              "--set", "workload.synthetic.knobs.sessions=4", cwd=tmp_path).stdout)
+                              "--set", "workload.horizon_s=30", cwd=tmp_path).stdout)
     assert [s["system"] for s in compared] == ["paper_same_dc_pd", "paper_cross_dc_pd", "paper_pdd"]
 
 

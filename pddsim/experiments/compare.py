@@ -11,7 +11,13 @@ import pandas as pd
 
 from pddsim.config import Config
 from pddsim.errors import InputError
-from pddsim.experiments.capacity import Capacity, at_load, find_capacity, load_knob
+from pddsim.experiments.capacity import (
+    Capacity,
+    at_load,
+    distinguishable,
+    find_capacity,
+    load_knob,
+)
 from pddsim.sim import prepare_out_dir, simulate
 from pddsim.workload.model import Workload
 
@@ -23,6 +29,7 @@ ROWS = [
     ("slo_tpot_s", "SLO: TPOT s", "{:g}"),
     ("slo_target", "SLO: target", "{:.0%}"),
     ("achieved_rps", "achieved rps", "{:.3f}"),
+    ("steady_rps", "steady rps", "{:.3f}"),
     ("ttft_p50_s", "TTFT P50 s", "{:.3f}"),
     ("ttft_p90_s", "TTFT P90 s", "{:.3f}"),
     ("ttft_p99_s", "TTFT P99 s", "{:.3f}"),
@@ -32,7 +39,11 @@ ROWS = [
     ("slo_attainment", "SLO attainment", "{:.1%}"),
     ("goodput_rps", "goodput rps", "{:.3f}"),
     ("capacity_rps", "capacity rps", "{:.3f}"),
+    ("capacity_interval", "capacity 95% interval", "{}"),
+    ("capacity_apart", "capacity apart from first", "{}"),
+    ("capacity_status", "capacity status", "{}"),
     ("capacity_lower_bound_rps", "capacity not found, >= rps", "{:.3f}"),
+    ("goodput_at_capacity_rps", "goodput at capacity rps", "{:.3f}"),
     ("bcr_at_capacity", "BCR at capacity", "{:.2f}"),
     ("cost_per_hour", "cost $/h", "{:.1f}"),
     ("bcr", "BCR req/$", "{:.2f}"),
@@ -62,12 +73,14 @@ def mixed_slo(configs: list[Config]) -> str | None:
 
 def compare(configs: list[Config], workload: Workload, *, seed: int | None = None,
             capacity: bool = False, on_progress=None, out_dir: str | Path | None = None) -> list[dict]:
-    """One summary per system at the workload's load; with `capacity`, each also gets the highest
-    achieved rate at which it meets its SLO target (`capacity_rps`) and its BCR there (None when
-    the search never broke the SLO; `capacity_lower_bound_rps` then says how far it went).
-    `out_dir`: each system's run at the workload's load is written to a subfolder (`pddsim report`
-    reads them as one comparison)."""
+    """One summary per system at the workload's load; with `capacity`, each also gets its
+    capacity (`pddsim.experiments.capacity`: `capacity_rps`, its interval and status), the
+    goodput and BCR there (None when not found; `capacity_lower_bound_rps` when the search never
+    saturated), and whether its interval is apart from the first system's (`capacity_apart`:
+    when not, the two capacities are not distinguishable). `out_dir`: each system's run at the
+    workload's load is written to a subfolder (`pddsim report` reads them as one comparison)."""
     summaries = []
+    first: Capacity | None = None
     if out_dir is not None:
         prepare_out_dir(out_dir, runs_below=True)
     for i, cfg in enumerate(configs):
@@ -78,14 +91,25 @@ def compare(configs: list[Config], workload: Workload, *, seed: int | None = Non
         summary["split"] = split_label(cfg)
         if capacity:
             cap = find_capacity(cfg, workload, seed=seed, on_progress=on_progress)
-            summary["capacity_rps"] = cap.capacity_rps
-            summary["bcr_at_capacity"] = cap.result.summary["bcr"] if cap.found else None
-            if not cap.found:
-                summary["capacity_lower_bound_rps"] = cap.lower_bound_rps
+            first = first or cap
+            summary.update(capacity_figures(cap))
+            if i:
+                apart = distinguishable(first.interval, cap.interval)
+                summary["capacity_apart"] = None if apart is None else ("yes" if apart else
+                                                                        "no: not distinguishable")
         summaries.append(summary)
     return summaries
 
 
+def capacity_figures(cap: Capacity) -> dict:
+    """What a comparison shows of a capacity search."""
+    figures = {"capacity_rps": cap.capacity_rps, "capacity_status": cap.status,
+               "capacity_interval": f"[{cap.interval[0]:.3f}, {cap.interval[1]:.3f}]"
+               if cap.interval else None,
+               "goodput_at_capacity_rps": cap.goodput_rps, "bcr_at_capacity": cap.bcr}
+    if cap.status == "never saturated":
+        figures["capacity_lower_bound_rps"] = cap.lower_bound_rps
+    return figures
 def run_folder(i: int, name: str) -> str:
     """The subfolder of the `i`-th system's run: its name with anything but letters, digits, '.',
     '-' and '_' replaced, so that no name (`../x`) writes outside the folder."""
@@ -130,7 +154,7 @@ def comparison_frame(summaries: list[dict], rows_shown: list[tuple[str, str, str
         cells = []
         for i, s in enumerate(summaries):
             cell = format_cell(fmt, key, s.get(key))
-            change = relative_change(base.get(key), s.get(key)) if i and key != "split" else None
+            change = relative_change(base.get(key), s.get(key)) if i and fmt != "{}" else None
             if change is not None:
                 cell += f" ({change:+.0%})"
             cells.append(cell)

@@ -51,10 +51,16 @@ def day_config(cfg: Config, curve: str, day_s: float) -> Config:
         mean = curve_mean(curve)
     except ValueError as e:
         raise InputError(f"the day curve: {e}") from None
+    # the peak: the offered session rate of a horizon workload, else the generator's own; the day
+    # replaces the horizon
+    peak = synthetic.knobs.session_rate
+    if cfg.workload.horizon_s is not None and cfg.workload.session_rate_rps is not None:
+        peak = cfg.workload.session_rate_rps
     raw = cfg.model_dump()
+    raw["workload"]["horizon_s"] = None
     raw["workload"]["synthetic"]["knobs"].update(
-        diurnal=curve, day_s=day_s,
-        sessions=max(1, round(mean * synthetic.knobs.session_rate * day_s)))
+        diurnal=curve, day_s=day_s, session_rate=peak,
+        sessions=max(1, round(mean * peak * day_s)))
     return from_dict(raw, cfg.name)
 
 

@@ -3,7 +3,7 @@ stated tolerances, so a CI pipeline fails when a change moves them.
 
     scenarios:
       - config: ../configs/paper/pdd.yaml        # relative to the golden file
-        set: [workload.synthetic.knobs.sessions=60]
+        set: [workload.horizon_s=150]
         seed: 0
         pins:
           ttft_p50_s: {value: 0.40, rel: 0.05}   # relative tolerance

@@ -77,8 +77,9 @@ def _ratio(a, b):
 
 
 def _at_capacity(s: dict, key: str) -> float:
-    """Goodput within SLA is the paper's capacity; without a capacity search, the fixed-load value."""
-    return s.get({"goodput_rps": "capacity_rps", "bcr": "bcr_at_capacity"}[key], s[key])
+    """Goodput within SLA at capacity (requests meeting the SLO per second there); without a
+    capacity search, the fixed-load value."""
+    return s.get({"goodput_rps": "goodput_at_capacity_rps", "bcr": "bcr_at_capacity"}[key], s[key])
 
 
 FIGURES = [

@@ -86,7 +86,7 @@ def measure(workloads: dict[str, Workload], task: tuple[Config, str, int]) -> di
                 "capacity_lower_bound_rps": bound}
     busy = cap.result.instances.assign(pool=cap.result.instances["instance"].str.rstrip("0123456789"))
     return {"capacity_rps": float(cap.capacity_rps),
-            "bcr_at_capacity": float(cap.result.summary["bcr"]),
+            "bcr_at_capacity": float(cap.bcr or 0.0),
             "margin_at_capacity": float(cap.result.summary["margin_per_hour"]),
             "bottleneck": busy.groupby("pool")["busy_share"].mean().idxmax()}
 

@@ -152,16 +152,30 @@ class Shipment:
 class Disaggregated(Pipeline):
     """PD: prefill on a prefill instance, the KV the decode side lacks shipped over RDMA (same
     cluster) or the WAN, decode on a decode instance, which streams to the user. The first token,
-    made by the prefill, reaches the user when the decode instance takes the request."""
+    made by the prefill, reaches the user when the decode instance takes the request.
+
+    Selective offload (`offload_above_tokens`, Prefill-as-a-Service): prompts longer than it are
+    prefilled in the cluster without decoders, the rest beside the decoders; when every instance
+    of a side is down, the other side takes its prompts."""
 
     def __init__(self, env, dep: Deployment, routers: dict, on_end: Callable[[Request], None],
-                 tracer=None):
+                 tracer=None, offload_above_tokens: int | None = None):
         super().__init__(env, dep, routers, on_end, tracer)
+        self.offload_above_tokens = offload_above_tokens
         self._shipping: dict[Request, Shipment] = {}
+
+    def prefill_pool(self, req: Request) -> list:
+        pool = self.dep.pools["prefill"]
+        if self.offload_above_tokens is None:
+            return pool
+        local = {d.cluster for d in self.dep.pools["decode"]}
+        remote = req.input_tokens > self.offload_above_tokens
+        side = [p for p in pool if (p.cluster not in local) == remote]
+        return side or pool
 
     def dispatch(self, req: Request) -> None:
         self.stamp(req)
-        inst = self.routers["prefill"].pick(self.dep.pools["prefill"], req)
+        inst = self.routers["prefill"].pick(self.prefill_pool(req), req)
         inst.submit(self.job(req, ENTRY_STAGES, on_held=self.prefill_done), prefill=req.input_tokens,
                     decode=0, context=0, use_cache=True, hold=True)
 
