@@ -32,7 +32,6 @@ EXAMPLES = {
     "elastic": "pddsim elastic paper/same_dc_pd paper/cross_dc_pd paper/pdd   # a day (minutes)\n"
                "  pddsim elastic paper/pdd --day-s 3600 --curve 0:0.2,12:1 --json",
     "capacity": "pddsim capacity pdd --json",
-    "elastic": "pddsim elastic paper/same_dc_pd paper/pdd --day-s 3600",
     "sweep": "pddsim sweep pdd --grid wan.bandwidth_gbps=10,20,40 --out sweep.csv",
     "plan": "pddsim plan same_dc_pd --vary clusters.a.instances.0.count=2..4 "
             "--vary clusters.a.instances.1.count=2..6 --budget 200 --out plan",
