@@ -23,6 +23,7 @@ BATCH = 5                # MSER-5
 MIN_BATCHES = 8
 MAX_DRIFT = 0.2
 RATE_BATCHES = 10        # batch means of the window's issue rate, for its 95% interval
+MIN_WINDOW_S = 1e-6      # the clock's resolution: no rate is measured over less
 T975_9 = 2.262           # two-sided 95% Student-t quantile, 9 degrees of freedom
 
 
@@ -115,10 +116,11 @@ def steady_summary(requests: pd.DataFrame) -> dict:
 
 def window_figures(requests: pd.DataFrame, start_s: float, end_s: float) -> dict:
     """The rate of the requests issued in [start_s, end_s], its interval and their SLO share
-    (None without two requests there), whether or not the window is stationary."""
+    (None without two requests there, or in a window shorter than the clock's microsecond: no rate
+    is measured over no time), whether or not the window is stationary."""
     arrival = requests["arrival_s"].to_numpy()
     inside = (arrival >= start_s) & (arrival <= end_s)
-    if end_s <= start_s or inside.sum() < 2:
+    if end_s - start_s < MIN_WINDOW_S or inside.sum() < 2:
         return dict.fromkeys(("steady_rps", "steady_rps_lo", "steady_rps_hi",
                               "steady_slo_attainment"))
     lo, hi = rate_interval(arrival, start_s, end_s)

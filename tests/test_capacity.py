@@ -172,4 +172,4 @@ def test_the_cli_says_never_stationary_rather_than_that_the_slo_held(make_config
                                                   exclude_none=True)))
     assert main(["capacity", str(path), "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("capacity not found: no run of the search settled") and "held" not in out
+    assert out.startswith("capacity not found: no load tried became stationary") and "held" not in out

@@ -4,7 +4,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pddsim.stationary import in_flight, issue_end, mser, steady_summary, steady_window
+from pddsim.stationary import (
+    in_flight,
+    issue_end,
+    mser,
+    steady_summary,
+    steady_window,
+    window_figures,
+)
 from pddsim.workload.synthetic import poisson_workload
 
 
@@ -56,3 +63,10 @@ def test_mser_deletes_the_warm_up():
     assert 8 <= mser(batches) <= 12
     two = frame(np.array([0.0, 1.0]), np.array([2.0, 3.0]))
     assert in_flight(two, np.array([0.5, 1.5, 2.5])).tolist() == [1, 2, 1]
+
+
+def test_a_window_shorter_than_the_clock_resolves_has_no_rate():
+    """Two requests a femtosecond apart measure no rate (it used to overflow to infinity)."""
+    requests = pd.DataFrame({"arrival_s": [5.0, 5.0 + 1e-15], "slo_met": [True, True]})
+    figures = window_figures(requests, 5.0, 5.0 + 1e-15)
+    assert figures["steady_rps"] is None and figures["steady_rps_lo"] is None
