@@ -4,8 +4,10 @@ serving benchmarks of that engine: `python benchmarks/fit_serve.py --against FIL
 How: the file's rows of the engine's backend that the catalogs can represent, each deployment once
 (repeated measurements of one deployment are noise: their median stands for them), at most
 `--rows` of them drawn evenly over models (seeded). The loss of a row is |log(predicted/measured)|
-of mean TTFT plus `--tpot-weight` times that of mean TPOT, each capped at log 4 so that a few rows
-the model cannot represent do not steer the rest; the objective is the mean over models of their
+of mean TTFT plus `--tpot-weight` times that of mean TPOT, each capped at `--cap` (a ratio: 1.5
+counts a row at most as far as a 1.5x miss) so that rows the model cannot represent do not steer
+the rest (a low cap makes the loss count the rows within it, as the median errors the fit is
+judged by do); the objective is the mean over models of their
 rows' mean loss, so every model counts alike. Coordinate descent from the engine's current
 profile: each continuous constant in turn is moved by a factor for as long as that lowers the
 objective (a line search each way, within physical bounds), each policy set to each of its
@@ -46,7 +48,6 @@ SPACE = {
     "admission": ("optimistic", "reserve"), "chunk_packing": ("packed", "whole"),
     "memory_rule": ("total", "free"), "graph_max_batch": (0, 64, 128, 256, 512, 1024),
 }
-CAP = math.log(4.0)
 
 
 def deployments(rows: pd.DataFrame) -> pd.DataFrame:
@@ -60,15 +61,16 @@ def deployments(rows: pd.DataFrame) -> pd.DataFrame:
     return df.drop_duplicates(subset=keys).drop(columns="concurrency")
 
 
-def objective(table: pd.DataFrame, tpot_weight: float) -> tuple[float, int]:
+def objective(table: pd.DataFrame, tpot_weight: float, cap: float) -> tuple[float, int]:
     done = table[table["skipped"] == ""]
     if done.empty:
         return float("inf"), 0
-    loss = (np.minimum(np.log(done["ttft_ratio"]).abs(), CAP)
-            + tpot_weight * np.minimum(np.log(done["tpot_ratio"]).abs(), CAP))
+    cap = math.log(cap)
+    loss = (np.minimum(np.log(done["ttft_ratio"]).abs(), cap)
+            + tpot_weight * np.minimum(np.log(done["tpot_ratio"]).abs(), cap))
     missing = len(table) - len(done)            # a row the profile makes unrepresentable
     per_model = loss.groupby(done["model"]).mean()
-    return float(per_model.mean()) + missing * 2 * CAP / len(table), len(done)
+    return float(per_model.mean()) + missing * 2 * cap / len(table), len(done)
 
 
 def main() -> int:
@@ -78,6 +80,8 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=240, help="deployments fitted on at most")
     ap.add_argument("--max-concurrency", type=int, default=2048)
     ap.add_argument("--tpot-weight", type=float, default=1.5)
+    ap.add_argument("--cap", type=float, default=4.0, help="largest predicted/measured ratio a "
+                    "row's loss counts (each way)")
     ap.add_argument("--passes", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--only", nargs="*", help="fit only these constants")
@@ -101,7 +105,7 @@ def main() -> int:
     with Processes(args.jobs) as backend:
         def score(values: dict) -> float:
             table = cases(rows, backend, args.engine, values, rounds=args.rounds)
-            return objective(table, args.tpot_weight)[0]
+            return objective(table, args.tpot_weight, args.cap)[0]
         t0 = time.perf_counter()
         best = score(current)
         print(f"start {best:.4f} ({time.perf_counter() - t0:.0f} s an evaluation)", file=sys.stderr)

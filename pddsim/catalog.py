@@ -13,10 +13,12 @@ from pydantic import Field, NonNegativeFloat, field_validator, model_validator
 from pddsim.errors import InputError
 from pddsim.schema import M, Strict, read_yaml, validated
 
-# bytes per value as stored: fp4 is NVFP4 (4-bit values, one FP8 scale per 16); int4 counts the
-# 4-bit values alone (group scales are small beside them)
-DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5625}
-Dtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+# bytes per value as stored: fp4 is NVFP4 (4-bit values, one FP8 scale per 16), mxfp4 the OCP
+# microscaling format (4-bit values, one 8-bit power-of-two scale per 32); int4 counts the 4-bit
+# values alone (group scales are small beside them)
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5625,
+               "mxfp4": 0.53125}
+Dtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4", "mxfp4"]
 
 
 class GpuSpec(Strict, frozen=True):
@@ -42,11 +44,11 @@ class GpuSpec(Strict, frozen=True):
 
     def matmul_dtype(self, weights: str) -> str:
         """The dtype matmuls with `weights` run in: FP8 weights multiply in FP8 and FP4 in FP4
-        where the chip has those units; weight-only formats (INT4/INT8, FP4 without FP4 units)
-        dequantise and multiply at 16 bits."""
+        where the chip has those units (either FP4 format); weight-only formats (INT4/INT8, FP4
+        without FP4 units) dequantise and multiply at 16 bits."""
         if weights == "fp8" and self.fp8_tflops > self.bf16_tflops:
             return "fp8"
-        if weights == "fp4" and self.fp4_tflops is not None:
+        if weights in ("fp4", "mxfp4") and self.fp4_tflops is not None:
             return "fp4"
         return "bf16"
 
@@ -258,6 +260,9 @@ class EngineProfile(Strict, frozen=True):
         "touches, in each MoE layer, us (per-expert bookkeeping on every rank: token counts and "
         "offsets, the grouped GEMM's problem list and its launches); captured decode graphs do "
         "not pay it")
+    fused_moe: tuple[Dtype, ...] = Field(
+        (), description="MoE: expert dtypes whose layers the engine runs as one fused kernel that "
+        "routes inside it: their eager iterations pay no eager_expert_us")
     graph_max_batch: int = Field(
         0, ge=0, description="decode-only iterations of at most this many requests replay a "
         "captured CUDA graph (no launch floor); 0: every iteration is launched eagerly")

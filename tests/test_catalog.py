@@ -132,10 +132,10 @@ def test_new_moe_models_hand_computed_values():
     routed = 36 * 128 * (2880 * 5760 + 5760 + 2880 * 2880 + 2880)
     assert oss.routed_params == pytest.approx(routed, rel=0.001)
     assert oss.active_params_b * 1e9 == pytest.approx(oss.shared_params + routed * 4 / 128, rel=0.001)
-    # BF16 attention, router, embeddings and LM head + FP4 routed experts
-    assert oss.weight_bytes == pytest.approx(2.13e9 * 2 + (116.83e9 - 2.13e9) * 0.5625)
-    assert oss.weight_bytes == pytest.approx(oss.shared_params * 2 + routed * 0.5625, rel=0.001)
-    assert oss.routed_dtype == "fp4" and catalog.gpu("b200").peak_tflops(oss.routed_dtype) == 9000
+    # BF16 attention, router, embeddings and LM head + MXFP4 routed experts (4.25 bits a weight)
+    assert oss.weight_bytes == pytest.approx(2.13e9 * 2 + (116.83e9 - 2.13e9) * 0.53125)
+    assert oss.weight_bytes == pytest.approx(oss.shared_params * 2 + routed * 4.25 / 8, rel=0.001)
+    assert oss.routed_dtype == "mxfp4" and catalog.gpu("b200").peak_tflops(oss.routed_dtype) == 9000
     assert catalog.gpu("h100-sxm").peak_tflops(oss.routed_dtype) == 989.4   # no FP4 units
     fp8kv = oss.served(kv="fp8")
     assert fp8kv.window_kv_bytes_per_token == fp8kv.kv_bytes_per_token == 18 * 8 * 64 * 2

@@ -16,6 +16,7 @@ def bare(name: str) -> catalog.ModelSpec:
 
 LLAMA = bare("llama-3.1-70b")
 H100 = catalog.gpu("h100-sxm")
+B200 = catalog.gpu("b200")
 HBM8 = 8 * 3.35e12                                     # bytes/s of 8 x H100 at the peak
 
 
@@ -496,3 +497,24 @@ def test_eager_iterations_pay_for_each_routed_expert_they_touch():
         pytest.approx(3 * touched)
     dense, bare_dense = Roofline(LLAMA, H100, 8, engine), Roofline(LLAMA, H100, 8, IDEAL)
     assert dense.iteration(1024, 1024 * 512, 0) == bare_dense.iteration(1024, 1024 * 512, 0)
+
+
+def test_a_fused_moe_kernel_pays_no_per_expert_cost():
+    """An engine that runs experts of a dtype as one fused kernel (routing inside it) pays no
+    per-expert bookkeeping for them, and still pays it for experts of another dtype."""
+    engine = IDEAL.model_copy(update={"eager_expert_us": 10, "fused_moe": ("mxfp4",)})
+    for experts, pays in (("mxfp4", False), ("fp4", True)):
+        dsv3 = bare("deepseek-v3").served(experts=experts)
+        p, plain = Roofline(dsv3, B200, 8, engine), Roofline(dsv3, B200, 8, IDEAL)
+        extra = p.iteration(4096, 4096 * 2048, 0) - plain.iteration(4096, 4096 * 2048, 0)
+        assert extra == pytest.approx(256 * 58 * 10e-6 if pays else 0.0, abs=1e-12)
+
+
+def test_mxfp4_weights_are_read_at_their_own_size_and_multiplied_in_fp4():
+    """MXFP4 stores 4.25 bits a weight (one 8-bit scale per 32) where NVFP4 stores 4.5; both
+    multiply on FP4 units where a chip has them, at 16 bits where it has none."""
+    dsv3 = catalog.model("deepseek-v3")
+    mx, nv = dsv3.served(experts="mxfp4"), dsv3.served(experts="fp4")
+    assert (nv.weight_bytes - mx.weight_bytes) == pytest.approx(dsv3.routed_params * 0.25 / 8)
+    assert B200.peak_tflops("mxfp4") == B200.fp4_tflops
+    assert H100.peak_tflops("mxfp4") == H100.bf16_tflops

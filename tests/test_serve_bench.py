@@ -123,6 +123,22 @@ def test_the_noise_floor_is_the_spread_of_repeated_deployments(tmp_path):
     assert (floor["ttft_repeat_mdape_pct"], floor["tpot_repeat_mdape_pct"]) == (20.0, 9.1)
 
 
+def test_the_scatter_across_concurrencies_is_each_inner_point_against_its_neighbours(tmp_path):
+    """An inner concurrency is judged against the log-log line through its neighbours (batch caps
+    that follow the clients do not split a deployment); a deployment at two concurrencies has
+    no inner one."""
+    rows = read_rows(write(tmp_path, agg(conc=1, ttft=10, tpot=5), agg(conc=2, ttft=22, tpot=5),
+                           agg(conc=4, ttft=40, tpot=5), agg(conc=8, ttft=80, tpot=5),
+                           agg(conc=2, isl=1024, ttft=1), agg(conc=4, isl=1024, ttft=9)))
+    floor = summarise(cases(rows, Processes(1)))["noise_floor"]
+    # conc 2: the line through (1, 10) and (4, 40) gives 20, 22 is 10% off; conc 4: the line
+    # through (2, 22) and (8, 80) gives sqrt(22 x 80) = 41.95, 40 is 4.6% off: median 7.3%
+    assert floor["smooth_rows"] == 2
+    assert floor["ttft_smooth_mdape_pct"] == pytest.approx((10 + 100 * (1 - 40 / (22 * 80) ** 0.5)) / 2,
+                                                           abs=0.05)
+    assert floor["tpot_smooth_mdape_pct"] == 0.0
+
+
 def test_bad_files_are_one_line(tmp_path, input_error, capsys):
     def fails(argv, *named):
         code = cli.main(["bench", "serve", "--jobs", "1", "--quiet", *argv])

@@ -134,8 +134,10 @@ class Roofline:
         self.host_s = engine.host_layer_s(gpu.name) * model.layers
         self.eager_moe_s = engine.eager_moe_layer_us / 1e6 * model.moe_layers
         # and each routed expert it touches pays the engine's per-expert bookkeeping, on every
-        # rank whatever its share of the experts (each rank routes over all of them)
-        self.eager_experts_s = engine.eager_expert_us / 1e6 * model.experts * model.moe_layers
+        # rank whatever its share of the experts (each rank routes over all of them), unless the
+        # engine runs experts of that dtype in a fused kernel that routes inside it
+        per_expert_us = 0.0 if model.routed_dtype in engine.fused_moe else engine.eager_expert_us
+        self.eager_experts_s = per_expert_us / 1e6 * model.experts * model.moe_layers
         self.graph_max_batch = engine.graph_max_batch
         self.stream_s = engine.stream_us / 1e6
         # hot-path shortcuts, exact: a dense model's expert terms are 0, and so is the floor of an

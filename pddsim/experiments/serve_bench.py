@@ -48,7 +48,7 @@ MODELS = {
 }
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300",
            "gb200": "gb200", "gb300": "gb300", "a100_sxm": "a100-80gb"}
-QUANT = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "mxfp4": "fp4", "w4a16": "int4",
+QUANT = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "mxfp4": "mxfp4", "w4a16": "int4",
          "int4": "int4", "int4_wo": "int4", "bf16": "bf16", "fp16": "fp16", "float16": "fp16"}
 REQUIRED = ("model_path", "system", "backend", "mode", "isl", "osl", "silicon_data_source",
             "silicon_ttft_ms", "silicon_tpot_ms")
@@ -172,7 +172,7 @@ def scenario(row: dict, engine: str | None = None, overrides: dict | None = None
     experts = QUANT.get(str(row.get("moe_quant_mode", "")).strip().lower()) or weights
     # FP8 and FP4 deployments keep their KV in FP8 (the engines' default for quantised
     # checkpoints); 16-bit ones in 16 bits
-    kv = "fp8" if weights in ("fp8", "fp4") else None
+    kv = "fp8" if weights in ("fp8", "fp4", "mxfp4") else None
     mode = str(row["mode"]).strip()
     spec = catalog.model(model)
     if mode == "agg":
@@ -294,9 +294,36 @@ def noise_floor(df: pd.DataFrame) -> dict:
     return out
 
 
+def smoothness_floor(df: pd.DataFrame) -> dict:
+    """How far each measurement lies from its neighbours in concurrency: for every deployment
+    measured at three or more concurrencies (repeats at their median), each inner one against
+    the straight line in log-log through the concurrencies on either side of it; the median
+    absolute % miss over those rows. It is the measurements' own scatter from one concurrency
+    to the next, which no model smooth in the number of clients can follow."""
+    keys = [k for k in DEPLOYMENT if k in df.columns and k != "concurrency"
+            and not k.endswith("batch_size")]        # the source's batch caps follow the clients
+    out: dict[str, Any] = {}
+    for what in ("ttft", "tpot"):
+        table = pd.DataFrame({"series": df.groupby(keys, dropna=False).ngroup(),
+                              "clients": pd.to_numeric(df["concurrency"], errors="coerce"),
+                              "value": pd.to_numeric(df[f"silicon_{what}_ms"], errors="coerce")})
+        table = table[(table["clients"] > 0) & (table["value"] > 0)]
+        points = table.groupby(["series", "clients"])["value"].median().reset_index()
+        misses: list[float] = []
+        for _, series in points.groupby("series"):
+            x = np.log(series["clients"].to_numpy(float))
+            y = np.log(series["value"].to_numpy(float))
+            between = y[:-2] + (y[2:] - y[:-2]) * (x[1:-1] - x[:-2]) / (x[2:] - x[:-2])
+            misses.extend(100 * np.abs(np.exp(y[1:-1] - between) - 1))
+        out[f"{what}_smooth_mdape_pct"] = round(float(np.median(misses)), 1) if misses else None
+        out["smooth_rows"] = len(misses)
+    return out
+
+
 def summarise(df: pd.DataFrame) -> dict:
     """The report: overall and per group figures on the rows compared, the skipped rows by
-    reason, and the noise floor of repeated measurements."""
+    reason, the noise floor of repeated measurements and the scatter of each deployment's
+    measurements across concurrencies."""
     compared = df[df["skipped"] == ""]
     skipped = df[df["skipped"] != ""]
     reasons = skipped["skipped"].str.replace(r"\s+\(.*", "", regex=True)
@@ -305,7 +332,7 @@ def summarise(df: pd.DataFrame) -> dict:
         "rows_compared": int(len(compared)),
         "rows_skipped": {str(k): int(v) for k, v in reasons.value_counts().items()},
         **{k: v for k, v in _figures(compared).items() if k != "rows"},
-        "noise_floor": noise_floor(df),
+        "noise_floor": {**noise_floor(df), **smoothness_floor(df)},
         "groups": {g: {str(k): _figures(part) for k, part in compared.groupby(g)} for g in GROUPS},
     }
     return summary
@@ -321,6 +348,11 @@ def format_report(summary: dict) -> str:
                      "deployments: TTFT "
                      f"{noise['ttft_repeat_mdape_pct']}%, TPOT {noise['tpot_repeat_mdape_pct']}% from "
                      "their deployment's median")
+    if noise.get("smooth_rows"):
+        lines.append(f"scatter across concurrencies, {noise['smooth_rows']} inner concurrencies of "
+                     "deployments measured at 3+: the log-log line through their neighbours "
+                     f"misses TTFT by {noise['ttft_smooth_mdape_pct']}%, TPOT by "
+                     f"{noise['tpot_smooth_mdape_pct']}% (median)")
     for reason, count in summary["rows_skipped"].items():
         lines.append(f"  skipped {count}: {reason}")
     for group, parts in summary["groups"].items():
