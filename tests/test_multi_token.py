@@ -15,7 +15,7 @@ from pddsim.engine.multi_token import MultiToken
 from pddsim.engine.perf import LinearRun
 from pddsim.engine.request import Request
 from pddsim.sim import load_workload, simulate
-from pddsim.workload.model import TraceRequest
+from pddsim.workload.model import TraceRequest, Workload
 from pddsim.workload.synthetic import poisson_workload
 from tests.test_instance import utilization_for
 
@@ -168,6 +168,43 @@ def test_bad_spec_decode_is_one_line(make_config, tmp_path, capsys, input_error,
 def test_a_measured_table_cannot_price_verify_steps(make_config):
     with pytest.raises(Exception, match="spec_decode needs kind 'roofline'"):
         make_config(perf__spec_decode={"k": 1, "acceptance": [0.9]})
+
+
+def _relayed(make_config, spec, handoff, catch_up_tokens=16):
+    """One 8k-token request through PDD, always relayed: the RLD streams while its KV crosses
+    a 10 Gbps WAN (~2.1 s), then the MD extends the relayed tokens and streams the rest."""
+    cfg = make_config(roles=PDD_ROLES, two_clusters=True, wan={"bandwidth_gbps": 10, "rtt_ms": 20},
+                      roofline=True, perf={"spec_decode": spec},
+                      pdd={"handoff": handoff, "path_policy": "always_relay",
+                           "catch_up_tokens": catch_up_tokens})
+    one = Workload([TraceRequest(arrival_s=0.0, input_tokens=8192, output_tokens=4000)])
+    r = simulate(cfg, one, check_invariants=True).requests.iloc[0]
+    assert r.tokens_out == r.output_tokens
+    return r
+
+
+def test_the_rld_relays_what_it_accepted_and_the_md_extends_it_in_one_step(make_config):
+    """Every proposal accepted (k=1): the RLD makes two tokens an iteration while the WAN copy
+    runs, so about twice the tokens of plain decode reach the user from it, and one-shot hands
+    all of them to the MD to recompute in its extend step."""
+    plain = _relayed(make_config, {"k": 1, "acceptance": [0.0]}, "one_shot")
+    both = _relayed(make_config, {"k": 1, "acceptance": [1.0]}, "one_shot")
+    assert both.pipeline == plain.pipeline == "p_rld_md"
+    assert both.relay_tokens == pytest.approx(2 * plain.relay_tokens, rel=0.05)
+    assert both.handoff_tail_tokens == both.relay_tokens and both.handoffs == 1
+
+
+def test_catch_up_leaves_at_most_its_threshold_when_an_iteration_makes_several_tokens(make_config):
+    """The final handoff leaves at the next boundary, which brings up to k+1 = 4 tokens: the RLD
+    decides on that many, so the tail the MD recomputes stays within `catch_up_tokens`. Here a
+    round's backlog is 8 tokens: under a threshold of 11 catch-up never gets close enough (8 + 4
+    > 11) and the RLD finishes the request; under 16 the tail is 12."""
+    spec = {"k": 3, "acceptance": [1.0, 1.0, 1.0]}
+    never = _relayed(make_config, spec, "catch_up", catch_up_tokens=11)
+    assert never.pipeline == "p_rld" and never.relay_tokens == 4000
+    r = _relayed(make_config, spec, "catch_up", catch_up_tokens=16)
+    assert r.pipeline == "p_rld_md" and r.handoffs > 1
+    assert 1 <= r.handoff_tail_tokens <= 16
 
 
 DEEPSEEK_UNIT = {   # DeepSeek-V3's decode unit as its report describes it: TP4 x DP80 attention, EP320

@@ -76,7 +76,7 @@ class Instance:
         "_seg_end", "_seg_max", "_run_in_flight", "_run_t0", "_flight_at", "_flight_iters",
         "pending_prefill_tokens", "inbound_tokens", "waiting_tokens", "_wake", "_interruptible",
         "_cut_event", "_segment", "_run_k", "_run_s", "_promises", "_promised", "_stall_s",
-        "_memory_short", "_spec",
+        "_memory_short", "_spec", "most_tokens_per_iteration",
     )
 
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
@@ -120,6 +120,7 @@ class Instance:
         self.tracer = tracer
         self.load_watch: dict | None = None   # a pool's index: told when what routers see may change
         self._spec = multi_token
+        self.most_tokens_per_iteration = 1 if multi_token is None else multi_token.k + 1
         self._empty()
         self._pending: simpy.Event = _Urgent(env, self._step)   # what the loop continues from
 
