@@ -228,3 +228,18 @@ def test_deepseek_v3_mtp_speed_up_as_reported(acceptance):
         cfg = from_dict(raw, "deepseek")
         tps.append(1 / simulate(cfg, load_workload(cfg), seed=0).summary["tpot_mean_s"])
     assert 1.7 < tps[1] / tps[0] < 1.9
+
+
+def test_a_decoder_lost_mid_run_loses_its_draws_and_every_token_still_arrives(make_config):
+    """A decoder crashes while its batch decodes under MTP: its draws go with it, the requests
+    are sent again, and each ends once with exactly its tokens (invariants checked)."""
+    cfg = make_config(roofline=True, perf={"spec_decode": SPEC})
+    w = poisson_workload(40, 8.0, 2000, 300, seed=6)
+    t = float(simulate(cfg, w, seed=0).requests.finish_s.median())
+    down = {"events": [{"kind": "instance_down", "instance": "a/decode0", "start_s": t,
+                        "duration_s": 2.0}]}
+    out = simulate(from_dict(dict(cfg.model_dump(exclude={"base_dir"}), faults=down), "faults"), w,
+                   seed=0, check_invariants=True)
+    df = out.requests
+    assert (df.status == "completed").all() and (df.tokens_out == df.output_tokens).all()
+    assert out.summary["requests_retried"] > 0
