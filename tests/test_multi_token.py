@@ -12,7 +12,7 @@ from pddsim.config import DEFAULT_ENGINE, SpecDecode, from_dict
 from pddsim.engine.instance import Instance
 from pddsim.engine.job import Job
 from pddsim.engine.multi_token import MultiToken
-from pddsim.engine.perf import LinearRun
+from pddsim.engine.perf import LinearRun, Roofline
 from pddsim.engine.request import Request
 from pddsim.sim import load_workload, simulate
 from pddsim.workload.model import TraceRequest, Workload
@@ -243,3 +243,16 @@ def test_a_decoder_lost_mid_run_loses_its_draws_and_every_token_still_arrives(ma
     df = out.requests
     assert (df.status == "completed").all() and (df.tokens_out == df.output_tokens).all()
     assert out.summary["requests_retried"] > 0
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-70b", "deepseek-v3", "glm-5"])
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
+def test_a_verify_of_one_token_is_the_plain_decode_iteration(model, engine):
+    """The verify pass priced through the vectorised roofline at one query token per request is
+    the closed-form decode run's iteration, with every term (MoE experts, a sparse cap, a launch
+    floor past the captured graphs)."""
+    p = Roofline(catalog.model(model), catalog.gpu("h200"), 8, catalog.engine(engine))
+    for n in (1, 64, 600):
+        ctx = n * 3000.0
+        verify = p.iterations(n, ctx, ctx, ctx, n, n)
+        assert float(verify) == pytest.approx(p.decode_run(n, int(ctx), 1).first_s, rel=1e-12)
