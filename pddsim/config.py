@@ -188,6 +188,26 @@ _OVERRIDES = {name: (f.annotation | None,   # type: ignore[operator]
 _EngineOverrides = create_model("_EngineOverrides", __base__=Strict, **_OVERRIDES)  # type: ignore[call-overload]
 
 
+class SpecDecode(Strict):
+    """Multi-token decoding (MTP heads or a draft model): each decode iteration verifies `k`
+    proposed tokens per request and keeps them up to the first one rejected, plus the target's
+    own token (engine/multi_token.py)."""
+
+    k: int = Field(1, ge=1, le=16, description="tokens proposed per request per iteration")
+    acceptance: list[Annotated[float, Field(ge=0, le=1)]] = Field(
+        min_length=1, max_length=16, description="per proposed position, the chance it is accepted "
+        "given that those before it were (one per position, k of them)")
+    draft_cost: float = Field(0.0, ge=0, le=1, description="what proposing one token costs, as a "
+                              "share of a one-token decode iteration of the same batch (0: free)")
+
+    @model_validator(mode="after")
+    def _valid(self):
+        if len(self.acceptance) != self.k:
+            raise ValueError(f"acceptance needs one rate per proposed position: {self.k}, "
+                             f"got {len(self.acceptance)}")
+        return self
+
+
 class Perf(_EngineOverrides):   # type: ignore[misc, valid-type]
     """The iteration-time model: a roofline under a named serving engine (any of its fields can
     be overridden here), or a table of measured iteration times."""
@@ -195,11 +215,16 @@ class Perf(_EngineOverrides):   # type: ignore[misc, valid-type]
     kind: Literal["roofline", "table"] = "roofline"
     engine: str = Field(DEFAULT_ENGINE, description="serving engine (pddsim/data/engines.yaml)")
     table: str | None = Field(None, description="CSV of measured iteration times (kind: table)")
+    spec_decode: SpecDecode | None = Field(None, description="multi-token decoding (null: one "
+                                           "token per request per iteration)")
 
     @model_validator(mode="after")
     def _valid(self):
         if self.kind == "table" and not self.table:
             raise ValueError("perf.kind 'table' needs perf.table (a CSV path)")
+        if self.kind == "table" and self.spec_decode is not None:
+            raise ValueError("perf.spec_decode needs kind 'roofline' (a measured table has no "
+                             "verify steps)")
         return self
 
     def overrides(self) -> dict:

@@ -14,6 +14,8 @@ preemption, or the token IDs of an extend-decode handoff), whose last chunk yiel
 `decode_left` tokens one per iteration; or, with `hold`, the computed KV is kept for the pipeline
 (a prefill whose KV will be shipped, a catch-up batch absorbed before the stream moves over).
 A decoder can be asked to leave (a handoff); like a join, that happens at an iteration boundary.
+With multi-token decoding (`multi_token`) a decoder makes 1 to k+1 tokens an iteration, drawn when
+it joins: tokens and KV growth are then read from those draws, not from the iteration count.
 
 A prefix cache lives in a memory tier. In HBM it shares the KV pool: a block a request uses is pinned
 and counted once, in that request's reservation; the blocks nobody uses count as the cache's and
@@ -36,6 +38,7 @@ import simpy
 from simpy.events import URGENT
 
 from pddsim.engine.job import Job
+from pddsim.engine.multi_token import MultiToken
 from pddsim.engine.network import Flow, Link
 from pddsim.engine.perf import LinearRun, chunk_attention_pairs
 from pddsim.engine.prefix_cache import PrefixCache
@@ -73,18 +76,19 @@ class Instance:
         "_seg_end", "_seg_max", "_run_in_flight", "_run_t0", "_flight_at", "_flight_iters",
         "pending_prefill_tokens", "inbound_tokens", "waiting_tokens", "_wake", "_interruptible",
         "_cut_event", "_segment", "_run_k", "_run_s", "_promises", "_promised", "_stall_s",
-        "_memory_short",
+        "_memory_short", "_spec", "most_tokens_per_iteration",
     )
 
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
                  kv_capacity_tokens: int, batching: Batching, cache: PrefixCache | None,
                  host_load: Link | None = None, kv_bytes_per_token: float = 0.0,
                  scheduler: str = "mixed", admission: str = "optimistic", reserve_share: float = 1.0,
-                 tracer=None):
+                 tracer=None, multi_token: MultiToken | None = None):
         """`host_load` is None for a cache in HBM; for one in host memory, the link its hits are
         loaded over (`kv_bytes_per_token` sizes them). `scheduler` and `admission` are the
         engine's policies, `reserve_share` what reserve admission keeps of an output
-        (catalog.EngineProfile). `tracer`: a timeline told of every segment, when one is kept."""
+        (catalog.EngineProfile). `tracer`: a timeline told of every segment, when one is kept.
+        `multi_token`: its decoders verify several proposed tokens an iteration (None: one token)."""
         self.env = env
         self.name = name
         self.role = role
@@ -115,6 +119,8 @@ class Instance:
         self.kv_peak = 0                      # most KV tokens in use at an iteration boundary
         self.tracer = tracer
         self.load_watch: dict | None = None   # a pool's index: told when what routers see may change
+        self._spec = multi_token
+        self.most_tokens_per_iteration = 1 if multi_token is None else multi_token.k + 1
         self._empty()
         self._pending: simpy.Event = _Urgent(env, self._step)   # what the loop continues from
 
@@ -156,6 +162,8 @@ class Instance:
         self._promised = 0                    # and their sum
         self._stall_s = 0.0                   # `prefill_first`: decoders paused since their last token
         self._memory_short = False            # the last admission stopped for want of KV memory
+        if self._spec is not None:
+            self._spec.reset()
 
     def crash(self) -> None:
         """The instance dies: its loop stops where it is, and every request's KV on it, its
@@ -183,6 +191,9 @@ class Instance:
         way (a router must see the load that a one-iteration-at-a-time engine would show)."""
         if self._run_in_flight is None:
             return self._ctx_base + len(self._decoders) * self.iters
+        if self._spec is not None:
+            return (self._ctx_base + len(self._decoders) * self.iters
+                    + self._spec.grown(self.iters, self._iters_in_flight()))
         return self._ctx_base + len(self._decoders) * (self.iters + self._iters_in_flight())
 
     def _iters_in_flight(self) -> int:
@@ -381,14 +392,15 @@ class Instance:
             settled = self._ctx_base + n * self.iters
             if chunks:                        # one iteration with prefill in it, `plan` seconds
                 k = 0 if self.prefill_first else 1    # decode iterations it is
-                self._ctx_end = settled + k * n
+                self._ctx_end = settled + (k * n if self._spec is None else self._spec.grown(self.iters, k))
                 self._segment = (chunks, k, t0, plan)
                 self._changed()
                 self._wait(env.timeout(plan), self._mixed_done)
                 return
             run = plan                        # a run of decode iterations
             self._run_k, self._run_s = run.k, run.total_s
-            self._ctx_end = settled + n * run.k
+            self._ctx_end = settled + (n * run.k if self._spec is None
+                                       else self._spec.grown(self.iters, run.k))
             self._run_in_flight, self._run_t0, self._flight_at = run, t0, -1.0
             self._interruptible = True
             self._changed()
@@ -579,14 +591,20 @@ class Instance:
         ctx = self._ctx_base + n * self.iters     # between segments: no run under way
         # a mixed iteration adds n tokens, cached blocks making room before a decoder; a
         # prefill-first engine runs waiting prompts alone while its decoders pause
-        if self.prefilling and (self.prefill_first or self.token_budget > n):
+        spec = self._spec
+        verifying = n if spec is None else n * (spec.k + 1)   # tokens the decoders compute
+        if self.prefilling and (self.prefill_first or self.token_budget > verifying):
             decoding = n if not self.prefill_first else 0
-            if decoding and self._free_tokens(n) < n:
+            grows = n if spec is None else spec.grown(self.iters, 1)
+            if decoding and self._free_tokens(grows) < grows:
                 self._preempt_newest()
                 return None, None
-            budget = self.token_budget - decoding
-            chunks: list[tuple[Job, int]] = []
             tokens, pairs, kv_read = (n, ctx, ctx) if decoding else (0, 0, 0)
+            if decoding and spec is not None:     # each decoder verifies k+1 tokens
+                tokens, pairs = spec.verify(n, ctx)
+            budget = self.token_budget - tokens
+            chunks: list[tuple[Job, int]] = []
+            decode_pairs, samples = pairs, tokens
             for job in self.prefilling:
                 if budget <= 0 or (chunks and not self.pack_chunks):
                     break
@@ -598,8 +616,12 @@ class Instance:
                 tokens += c
                 pairs += chunk_attention_pairs(job.context, c)
                 kv_read += job.context
-            return chunks, self.perf.iteration(tokens, pairs, kv_read, ctx if decoding else 0,
-                                               decoding + len(chunks))
+            if spec is None:
+                return chunks, self.perf.iteration(tokens, pairs, kv_read, ctx if decoding else 0,
+                                                   decoding + len(chunks))
+            return chunks, (self.perf.iteration(tokens, pairs, kv_read, decode_pairs,
+                                                decoding + len(chunks), samples + len(chunks))
+                            + (spec.draft_s(n, ctx) if decoding else 0.0))
         # decode only (n > 0): run until the next finish or until memory runs out
         heap = self._finish_heap
         while heap and (not heap[0][2].decoding or heap[0][2].inst is not self
@@ -607,6 +629,12 @@ class Instance:
             heapq.heappop(heap)
         # one iteration when someone waits for a boundary or coalescing is off
         k = 1 if self._at_boundary or not self.coalesce else heap[0][0] - self.iters
+        if spec is not None:                      # tokens per iteration as the decoders drew them
+            run = spec.run(n, ctx, self.iters, k, self._free_tokens(spec.grown(self.iters, k)))
+            if run is None:
+                self._preempt_newest()
+                return None, None
+            return (), run
         free = self._free_tokens(n * k)           # iterations the pool can grow, evicting if need be
         if free < n:
             self._preempt_newest()
@@ -618,16 +646,17 @@ class Instance:
         """Account a finished segment of k iterations lasting `elapsed` seconds."""
         now = self.env.now
         self._ctx_end = 0
-        if self.tracer is not None:
-            n = len(self._decoders)
-            self.tracer.batch(self, t0, now, k * n + sum(c for _, c in chunks), n + len(chunks), k)
-        self.busy_s += elapsed
         n = len(self._decoders)
         iters = self.iters
+        made = k * n if self._spec is None else self._spec.grown(iters, k)   # decode tokens
+        if self.tracer is not None:
+            self.tracer.batch(self, t0, now, made + sum(c for _, c in chunks), n + len(chunks), k)
+        self.busy_s += elapsed
         if n and not k:                         # a prefill-only iteration: the decoders paused
             self._stall_s += elapsed
         elif n:
-            self.tokens_decoded += k * n
+            self.tokens_decoded += made
+            self._ctx_base += made - k * n      # `n * iters` counts one token an iteration
             self.iters = iters = iters + k
             used = self.held + self._ctx_base + n * iters   # settled
             if used > self.kv_peak:
@@ -704,7 +733,8 @@ class Instance:
         job.req.enter(job.decode_stage, self.env.now)
         job.decoding = True
         job.start_iter = self.iters
-        job.finish_iter = self.iters + job.decode_left
+        job.finish_iter = self.iters + (job.decode_left if self._spec is None
+                                        else self._spec.join(job, self.iters, job.decode_left))
         self._decoders[job] = None
         self._ctx_base += job.context - self.iters
         self._seq += 1
@@ -712,14 +742,14 @@ class Instance:
 
     def _leave_decoding(self, job: Job) -> int:
         """Settle the tokens a decoder made here since it joined; returns their number."""
-        made = self.iters - job.start_iter
+        made = self.iters - job.start_iter if self._spec is None else self._spec.leave(job, self.iters)
         if made:
             i = bisect_right(self._seg_end, job.start_iter)
             job.req.emit_run(self.env.now, made, self._seg_max[i])
         del self._decoders[job]
         self._unpin(job)
         self._unpromise(job)
-        self._ctx_base -= job.context - job.start_iter
+        self._ctx_base -= job.context + made - self.iters
         job.context += made
         job.decode_left -= made
         job.decoding = False
@@ -729,7 +759,9 @@ class Instance:
         calls, self._at_boundary = self._at_boundary, []
         for job, then, leave in calls:
             if job.decoding and job.inst is self:
-                made = self._leave_decoding(job) if leave else self.iters - job.start_iter
+                made = self._leave_decoding(job) if leave else (
+                    self.iters - job.start_iter if self._spec is None
+                    else self._spec.made(job, self.iters))
                 self._changed()
                 then(job, made)
             elif job.inst is self:                # not admitted yet: wait for it to decode

@@ -56,14 +56,18 @@ class PerfModel(Protocol):
 
     An iteration computes `tokens`, attends `attn_pairs` query x context token pairs
     (`decode_pairs` of them by decode tokens), reads `kv_tokens_read` tokens of KV, and serves
-    `requests` requests (each samples a token and costs the scheduler its share); null: one per
-    token when every token is a decode, else one."""
+    `requests` requests (each costs the scheduler its share); null: one per token when every
+    token is a decode, else one. `samples`: tokens that go through the LM head, each a query
+    attending at most a sparse cap (null: one per request; a verify step of multi-token decoding
+    samples each of its query tokens)."""
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
-                  decode_pairs: float = 0.0, requests: float | None = None) -> float: ...
+                  decode_pairs: float = 0.0, requests: float | None = None,
+                  samples: float | None = None) -> float: ...
     def iterations(self, tokens: np.ndarray, attn_pairs: np.ndarray, kv_tokens_read: np.ndarray,
                    decode_pairs: np.ndarray | float = 0.0,
-                   requests: np.ndarray | float | None = None) -> np.ndarray: ...
+                   requests: np.ndarray | float | None = None,
+                   samples: np.ndarray | float | None = None) -> np.ndarray: ...
     def decode_run(self, n: int, context: int, k: int) -> DecodeRun: ...
 
 
@@ -193,16 +197,17 @@ class Roofline:
         work, the front end's streaming."""
         return self._floor(requests, eager, max)
 
-    def _time(self, tokens, attn_pairs, kv, decode_pairs, requests, mx, mn):
+    def _time(self, tokens, attn_pairs, kv, decode_pairs, requests, samples, mx, mn):
         """One formula for a single iteration (builtin `mx`, `mn`: the hot path stays scalar) and
-        for arrays of them (numpy's)."""
-        eager = 1 - (decode_pairs >= attn_pairs) * (tokens <= self.graph_max_batch)
+        for arrays of them (numpy's). A decode iteration replays a captured graph up to
+        `graph_max_batch` requests, whatever query tokens each verifies."""
+        eager = 1 - (decode_pairs >= attn_pairs) * (requests <= self.graph_max_batch)
         prefill_pairs, attended = attn_pairs - decode_pairs, kv
         if self.cap:      # each query attends to at most `cap` tokens (every token a query at most)
             prefill_pairs = mn(prefill_pairs, tokens * self.cap)
-            decode_pairs = mn(decode_pairs, requests * self.cap)
+            decode_pairs = mn(decode_pairs, samples * self.cap)
             attended = mn(kv, requests * self.cap)
-        compute = (tokens * self.s_per_token + requests * self.s_per_sample
+        compute = (tokens * self.s_per_token + samples * self.s_per_sample
                    + (self._routed_compute(tokens, mn) if self.moe else 0.0)
                    + prefill_pairs * self.s_per_prefill_pair + decode_pairs * self.s_per_decode_pair
                    + attn_pairs * self.s_per_index_pair)
@@ -215,21 +220,25 @@ class Roofline:
         return mx(t, self._floor(requests, eager, mx)) if self.floored else t
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
-                  decode_pairs: float = 0.0, requests: float | None = None) -> float:
+                  decode_pairs: float = 0.0, requests: float | None = None,
+                  samples: float | None = None) -> float:
         """Time of one iteration (see PerfModel)."""
         if requests is None:
             requests = tokens if decode_pairs >= attn_pairs > 0 else 1
-        return float(self._time(tokens, attn_pairs, kv_tokens_read, decode_pairs, requests, max, min))
+        return float(self._time(tokens, attn_pairs, kv_tokens_read, decode_pairs, requests,
+                                requests if samples is None else samples, max, min))
 
     def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0,
-                   requests=None) -> np.ndarray:
+                   requests=None, samples=None) -> np.ndarray:
         """Many independent iterations at once."""
         tokens = np.asarray(tokens, dtype=float)
         attn_pairs, decode_pairs = np.asarray(attn_pairs, dtype=float), np.asarray(decode_pairs, dtype=float)
         if requests is None:
             requests = np.where((decode_pairs >= attn_pairs) & (attn_pairs > 0), tokens, 1.0)
+        requests = np.asarray(requests, dtype=float)
         return self._time(tokens, attn_pairs, np.asarray(kv_tokens_read, dtype=float), decode_pairs,
-                          np.asarray(requests, dtype=float), np.maximum, np.minimum)
+                          requests, requests if samples is None else np.asarray(samples, dtype=float),
+                          np.maximum, np.minimum)
 
     def decode_run(self, n: int, context: int, k: int) -> LinearRun | FlooredRun:
         """k decode iterations of n requests holding `context` KV tokens at the first, growing by
@@ -297,11 +306,12 @@ class MeasuredTable:
         self.grids = {phase: _Grid(path, phase, points) for phase, points in rows.items()}
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
-                  decode_pairs: float = 0.0, requests: float | None = None) -> float:
+                  decode_pairs: float = 0.0, requests: float | None = None,
+                  samples: float | None = None) -> float:
         return float(self.iterations(tokens, attn_pairs, kv_tokens_read, decode_pairs))
 
     def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0,
-                   requests=None) -> np.ndarray:
+                   requests=None, samples=None) -> np.ndarray:
         out = np.empty(np.broadcast(tokens, attn_pairs, kv_tokens_read, decode_pairs).shape)
         for grid, where, t, ctx in self._cells(tokens, attn_pairs, kv_tokens_read, decode_pairs):
             out[where] = grid.at(t, ctx)

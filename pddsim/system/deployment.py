@@ -13,6 +13,7 @@ from pddsim import catalog
 from pddsim.config import Config, InstanceGroup, LinkConfig, RdmaConfig
 from pddsim.engine.daemons import Daemons
 from pddsim.engine.instance import Instance
+from pddsim.engine.multi_token import MultiToken
 from pddsim.engine.network import Fabric, FabricFlow, Flow, Link, background_load
 from pddsim.engine.perf import PERF_MODELS
 from pddsim.engine.prefix_cache import PrefixCache
@@ -214,7 +215,10 @@ def build(env, cfg: Config, seed: int, tracer=None) -> Deployment:
             for k in range(group.most):
                 name = f"{cname}/{group.role}{len(built)}"
                 load = None if host is None else Link(env, f"host:{name}", host.load_gb_per_s * 1e9, 0.0)
-                inst = Instance(env, name, group.role, cname, perf=perf,
+                spec = perf_cfg.spec_decode         # its own seeded stream of acceptance draws
+                multi = None if spec is None else MultiToken(
+                    spec, perf, np.random.default_rng([seed, 8, sum(map(len, dep.members.values()))]))
+                inst = Instance(env, name, group.role, cname, perf=perf, multi_token=multi,
                                 kv_capacity_tokens=capacity,
                                 batching=group_batching(cfg, group, engine),
                                 cache=PrefixCache(cache_tokens) if cache_tokens else None,

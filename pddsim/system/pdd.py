@@ -163,11 +163,13 @@ class PDD(Disaggregated):
             return
         req = st.req
         backlog = req.tokens_out + made_here - st.absorbed
-        # the next boundary, where a final handoff would leave, brings one more token
-        if self.handoff.catch_up(self.dep.pools["relay"], backlog + 1):
+        # the next boundary, where a final handoff would leave, brings one more iteration's
+        # tokens: at most k+1 under multi-token decoding, so the tail stays within the threshold
+        assert st.rld is not None
+        if self.handoff.catch_up(self.dep.pools["relay"], backlog + st.rld.most_tokens_per_iteration):
             self._send_ids(st, backlog, final=False)
         else:
-            assert st.rld is not None and st.rld_job is not None
+            assert st.rld_job is not None
             st.rld.at_boundary(st.rld_job, lambda job, _made: self._send_ids(
                 st, req.tokens_out - st.absorbed, final=True), leave=True)
 
