@@ -128,7 +128,7 @@ def test_an_instance_that_left_is_not_picked_until_it_is_back_at_its_place(make_
     assert affinity.pick(pool, req) is pool[0]
     pool[1].cache.insert(req.hash_ids, 100)            # nor when the pick is a scan
     assert affinity.pick(pool, req) is pool[1]
-    pool.append(first)
+    pool.add(first)
     assert pool[0] is first                             # back at its place, its cache indexed
     assert affinity.pick(pool, req) is first
     assert least.pick(pool, req) is first
@@ -179,7 +179,7 @@ def test_the_block_map_built_late_is_what_the_members_in_service_hold(make_confi
 
     blocks = {b for chain in chains for b in chain}
     assert {b: pool.routing.holders(b) for b in blocks} == {b: truth(b) for b in blocks}
-    pool.append(gone)
+    pool.add(gone)
     pool[0].cache.evict(10**6)
     pool[3].cache.insert(chains[1], 100)
     assert {b: pool.routing.holders(b) for b in blocks} == {b: truth(b) for b in blocks}

@@ -223,7 +223,7 @@ def build(env, cfg: Config, seed: int, tracer=None) -> Deployment:
                                 scheduler=engine.scheduler, admission=engine.admission,
                                 reserve_share=engine.reserve_share)
                 if k < group.count:
-                    pool.append(inst)
+                    pool.add(inst)
                 else:
                     inst.crash()                # off: its engine loop starts when it does
                 built.append(inst)

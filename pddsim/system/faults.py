@@ -153,7 +153,7 @@ class FaultInjector:
         if not pool:
             self.pool_empty_s[inst.role] += self.env.now - self._pool_empty_since[inst.role]
             self._pool_empty_since[inst.role] = None
-        pool.append(inst)
+        pool.add(inst)
         parked, self.parked = self.parked, []
         for req, resume in parked:
             if self.in_flight.get(req.idx) is req:
