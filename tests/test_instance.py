@@ -1,5 +1,4 @@
 """The batching engine on hand-computable cases (iteration time = 0.01 s + 1e-5 s per token)."""
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -7,7 +6,7 @@ import simpy
 
 from pddsim import catalog
 from pddsim.config import DEFAULT_ENGINE
-from pddsim.engine.instance import Instance
+from pddsim.engine.instance import Instance, Segment
 from pddsim.engine.job import Job
 from pddsim.engine.perf import LinearRun
 from pddsim.engine.request import Request
@@ -129,10 +128,10 @@ def test_iterations_in_flight_are_those_ended_by_now_exactly():
         ends = [run.elapsed(m) for m in range(1, k + 1)]
         t0 = float(rng.choice([0.0, rng.uniform(0, 1e4)]))
         for t in [0.0, *rng.choice(ends, 3), *rng.uniform(0, run.total_s * 1.2, 3)]:
-            inst = SimpleNamespace(_run_in_flight=run, env=SimpleNamespace(now=t0 + t), _run_t0=t0,
-                                   _flight_at=-1.0, _flight_iters=0)
-            ended = sum(1 for e in ends if e <= inst.env.now - t0)
-            assert Instance._iters_in_flight(inst) == ended
+            seg = Segment().start((), run, k, run.total_s, t0, 0)
+            ended = sum(1 for e in ends if e <= (t0 + t) - t0)
+            assert seg.iters_done(t0 + t) == ended
+            assert seg.iters_done(t0 + t) == ended       # asked again at the same instant
 
 
 class _QuarterSecond:

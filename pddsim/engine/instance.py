@@ -30,14 +30,14 @@ from bisect import bisect_right
 from collections import deque
 from functools import partial
 from math import ceil, inf, nextafter
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import simpy
 from simpy.events import URGENT
 
 from pddsim.engine.job import Job
 from pddsim.engine.network import Flow, Link
-from pddsim.engine.perf import LinearRun, chunk_attention_pairs
+from pddsim.engine.perf import FlooredRun, LinearRun, chunk_attention_pairs
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.engine.request import Request
 from pddsim.intmath import ceil_div
@@ -58,6 +58,50 @@ class _Urgent(simpy.Event):
         env.schedule(self, URGENT)
 
 
+class Segment:
+    """What an instance computes between two iteration boundaries, while it is in flight: one
+    iteration with prefill `chunks` in it (`k`, 0 or 1, of its iterations decode), or a `run` of
+    k decode iterations priced in closed form, which a cut (new work) ends early, lowering `k` and
+    `seconds`. It starts at `t0`; `ctx_end` is the decoders' KV when it ends.
+
+    An instance refills one (`start`) for each segment: an object made per segment would cost the
+    event loop an allocation at every iteration boundary (about 1% of its time)."""
+
+    __slots__ = ("chunks", "run", "k", "seconds", "t0", "ctx_end", "cuttable", "seen_at",
+                 "seen_iters")
+
+    def __init__(self) -> None:
+        self.start((), None, 0, 0.0, 0.0, 0)
+
+    def start(self, chunks: Sequence[tuple[Job, int]], run: LinearRun | FlooredRun | None,
+              k: int, seconds: float, t0: float, ctx_end: int) -> Segment:
+        self.chunks = chunks
+        self.run = run
+        self.k = k
+        self.seconds = seconds
+        self.t0 = t0
+        self.ctx_end = ctx_end
+        self.cuttable = run is not None       # a decode run not cut yet: new work cuts it
+        self.seen_at = -1.0                   # when `iters_done` last answered, and what
+        self.seen_iters = 0
+        return self
+
+    def iters_done(self, now: float) -> int:
+        """Iterations of the decode run that have ended by `now` (a binary search): the first
+        iteration ending after now is the run's cut just above now, and all before it have
+        ended (all k when even the last has). Routers ask many times at one instant."""
+        if now == self.seen_at:
+            return self.seen_iters
+        run = self.run
+        assert run is not None
+        t = now - self.t0
+        m = run.cut(nextafter(t, inf))
+        if m < run.k or run.total_s > t:
+            m -= 1
+        self.seen_at, self.seen_iters = now, m
+        return m
+
+
 class Instance:
     # slots: with this many fields an instance's attributes would otherwise live in a plain dict
     # (past CPython's shared-key limit), and every access in the engine's loop would hash
@@ -70,9 +114,8 @@ class Instance:
         # the engine's state (`_empty`)
         "_pinned", "_shared", "_ctx_end", "_loading", "_loads", "waiting", "prefilling", "held",
         "iters", "_ctx_base", "_finish_heap", "_decoders", "_joined", "_at_boundary", "_seq",
-        "_seg_end", "_seg_max", "_run_in_flight", "_run_t0", "_flight_at", "_flight_iters",
-        "pending_prefill_tokens", "inbound_tokens", "waiting_tokens", "_wake", "_interruptible",
-        "_cut_event", "_segment", "_run_k", "_run_s", "_promises", "_promised", "_stall_s",
+        "_seg_end", "_seg_max", "_segment", "_in_flight", "pending_prefill_tokens", "inbound_tokens",
+        "waiting_tokens", "_wake", "_cut_event", "_promises", "_promised", "_stall_s",
         "_memory_short",
     )
 
@@ -122,7 +165,6 @@ class Instance:
         """The engine's state of an instance serving nothing (at start, and after a restart)."""
         self._pinned: dict[Job, int] = {}  # leading blocks of its chain each request pins
         self._shared = 0                      # pinned tokens admitted requests' KV also counts
-        self._ctx_end = 0                     # decoders' KV when the segment in flight ends
         self._loading = 0                     # admitted requests whose hit is being loaded
         self._loads: dict[Job, Flow] = {}   # their loads in flight over the host link
         self.waiting: deque[Job] = deque()
@@ -138,20 +180,13 @@ class Instance:
         self._seq = 0
         self._seg_end: list[int] = []         # suffix-max stack of iteration times, by end iter
         self._seg_max: list[float] = []
-        self._run_in_flight: LinearRun | None = None   # the decode run under way, its start
-        self._run_t0 = 0.0
-        self._flight_at = -1.0                # when `_iters_in_flight` last answered, and what
-        self._flight_iters = 0
+        self._segment = Segment()
+        self._in_flight: Segment | None = None   # `_segment` while it is computed
         self.pending_prefill_tokens = 0
         self.inbound_tokens = 0               # prompts whose KV is on its way here (the pipeline's)
         self.waiting_tokens = 0
         self._wake: simpy.Event | None = None
-        self._interruptible = False
-        self._cut_event: _Urgent | None = None
-        self._segment: tuple = ()             # the iteration with prefill in flight: chunks, its
-                                              # decode iterations (0 or 1), start, seconds
-        self._run_k = 0                       # iterations the decode run in flight ends after
-        self._run_s = 0.0                     # and their seconds (both lowered when it is cut)
+        self._cut_event: _Urgent | None = None   # a cut at a boundary that is now, pending
         self._promises: dict[Job, int] = {}   # `reserve`: each admitted request's whole length
         self._promised = 0                    # and their sum
         self._stall_s = 0.0                   # `prefill_first`: decoders paused since their last token
@@ -181,26 +216,10 @@ class Instance:
     def decode_context(self) -> int:
         """KV tokens of the decoders, counting the iterations already run in a decode run under
         way (a router must see the load that a one-iteration-at-a-time engine would show)."""
-        if self._run_in_flight is None:
+        seg = self._in_flight
+        if seg is None or seg.run is None:
             return self._ctx_base + len(self._decoders) * self.iters
-        return self._ctx_base + len(self._decoders) * (self.iters + self._iters_in_flight())
-
-    def _iters_in_flight(self) -> int:
-        """Iterations of the decode run under way that have ended by now (a binary search): the
-        first iteration ending after now is the run's cut just above now, and all before it
-        have ended (all k when even the last has)."""
-        run = self._run_in_flight
-        if run is None:
-            return 0
-        now = self.env.now
-        if now == self._flight_at:            # routers ask many times at one instant
-            return self._flight_iters
-        t = now - self._run_t0
-        m = run.cut(nextafter(t, inf))
-        if m < run.k or run.total_s > t:
-            m -= 1
-        self._flight_at, self._flight_iters = now, m
-        return m
+        return self._ctx_base + len(self._decoders) * (self.iters + seg.iters_done(self.env.now))
 
     @property
     def kv_load(self) -> int:
@@ -217,9 +236,10 @@ class Instance:
     def kv_load_ceiling(self) -> int:
         """`kv_load` once the decode run under way has run to its end: never below it (a router
         that can tell two instances apart by these bounds need not find where the runs are)."""
-        if self._run_in_flight is None:
+        seg = self._in_flight
+        if seg is None or seg.run is None:
             return self.kv_load_floor
-        return self.held + self._ctx_end + self.waiting_tokens
+        return self.held + seg.ctx_end + self.waiting_tokens
 
     @property
     def kv_in_use(self) -> int:
@@ -350,9 +370,11 @@ class Instance:
         if wake is not None:                  # idle: wake the loop (once)
             self._wake = None
             wake.succeed()
-        elif self._interruptible:             # a decode run: cut it at the next boundary
-            self._interruptible = False
-            self._cut()
+        else:
+            seg = self._in_flight
+            if seg is not None and seg.cuttable:   # a decode run: cut it at the next boundary
+                seg.cuttable = False
+                self._cut()
 
     def _wait(self, event: simpy.Event, then: Callable[[simpy.Event], None]) -> None:
         """Continue with `then` once `event` is processed (a crash takes it back)."""
@@ -373,61 +395,41 @@ class Instance:
                 self._changed()
                 self._wait(wake, self._step)  # `_poke` clears `_wake` as it triggers it
                 return
-            chunks, plan = self._plan()
-            if chunks is None:                # out of memory: a decoder was preempted, re-plan
+            seg = self._plan()
+            if seg is None:                   # out of memory: a decoder was preempted, re-plan
                 continue
-            t0 = env.now
-            n = len(self._decoders)
-            settled = self._ctx_base + n * self.iters
-            if chunks:                        # one iteration with prefill in it, `plan` seconds
-                k = 0 if self.prefill_first else 1    # decode iterations it is
-                self._ctx_end = settled + k * n
-                self._segment = (chunks, k, t0, plan)
-                self._changed()
-                self._wait(env.timeout(plan), self._mixed_done)
-                return
-            run = plan                        # a run of decode iterations
-            self._run_k, self._run_s = run.k, run.total_s
-            self._ctx_end = settled + n * run.k
-            self._run_in_flight, self._run_t0, self._flight_at = run, t0, -1.0
-            self._interruptible = True
+            self._in_flight = seg
             self._changed()
-            self._wait(env.timeout(run.total_s), self._run_done)
+            self._wait(env.timeout(seg.seconds), self._segment_done)
             return
-
-    def _mixed_done(self, _event: simpy.Event) -> None:
-        chunks, k, t0, plan = self._segment
-        self._segment = ()
-        self._complete(chunks, k, t0, plan, plan, plan)
-        self._step()
 
     def _cut(self, urgent: simpy.Event | None = None) -> None:
         """New work arrived during a decode run: it ends at the first boundary from now on. A
         boundary after now is rescheduled at once; one that is now ends the run from an urgent
         event at this instant (`urgent`), never inside the caller."""
-        run = self._run_in_flight
-        assert run is not None
-        done_s = self.env.now - self._run_t0
+        seg = self._in_flight
+        assert seg is not None and seg.run is not None
+        run = seg.run
+        done_s = self.env.now - seg.t0
         k = run.cut(done_s)
         elapsed = run.elapsed(k)
         if elapsed <= done_s and urgent is None:
             self._cut_event = _Urgent(self.env, self._cut)
             return
         self._cut_event = None
-        self._pending.callbacks.remove(self._run_done)
-        self._run_k, self._run_s = k, elapsed
+        self._pending.callbacks.remove(self._segment_done)
+        seg.k, seg.seconds = k, elapsed
         if elapsed > done_s:
             self._changed()
-            self._wait(self.env.timeout(elapsed - done_s), self._run_done)
+            self._wait(self.env.timeout(elapsed - done_s), self._segment_done)
         else:
-            self._run_done(urgent)
+            self._segment_done(urgent)
 
-    def _run_done(self, _event: simpy.Event | None) -> None:
-        run, k = self._run_in_flight, self._run_k
-        assert run is not None
-        self._interruptible = False
-        self._run_in_flight = None
-        self._complete((), k, self._run_t0, run.first_s, run.longest(k), self._run_s)
+    def _segment_done(self, _event: simpy.Event | None) -> None:
+        seg = self._in_flight
+        assert seg is not None
+        self._in_flight = None
+        self._complete(seg)
         self._step()
 
     def _admit(self) -> None:
@@ -552,7 +554,8 @@ class Instance:
     @property
     def _growth_left(self) -> int:
         """KV the decoders still add before the segment in flight ends."""
-        return max(0, self._ctx_end - self.decode_context)
+        seg = self._in_flight
+        return 0 if seg is None else max(0, seg.ctx_end - self.decode_context)
 
     def _kv_settled(self) -> int:
         """KV tokens requests hold between segments: admitted prompts and held KV, decoders'."""
@@ -571,10 +574,9 @@ class Instance:
                 free += cache.evict(want - free)
         return free
 
-    def _plan(self):
-        """Pick this segment's batch: (prefill chunks, the iteration's seconds) for one iteration
-        with prefill in it, ((), a decode run) for decode iterations, (None, None) when a decoder
-        had to be preempted first."""
+    def _plan(self) -> Segment | None:
+        """Pick this segment's batch: one iteration with prefill in it, or decode iterations;
+        None when a decoder had to be preempted first."""
         n = len(self._decoders)
         ctx = self._ctx_base + n * self.iters     # between segments: no run under way
         # a mixed iteration adds n tokens, cached blocks making room before a decoder; a
@@ -583,7 +585,7 @@ class Instance:
             decoding = n if not self.prefill_first else 0
             if decoding and self._free_tokens(n) < n:
                 self._preempt_newest()
-                return None, None
+                return None
             budget = self.token_budget - decoding
             chunks: list[tuple[Job, int]] = []
             tokens, pairs, kv_read = (n, ctx, ctx) if decoding else (0, 0, 0)
@@ -598,8 +600,10 @@ class Instance:
                 tokens += c
                 pairs += chunk_attention_pairs(job.context, c)
                 kv_read += job.context
-            return chunks, self.perf.iteration(tokens, pairs, kv_read, ctx if decoding else 0,
-                                               decoding + len(chunks))
+            seconds = self.perf.iteration(tokens, pairs, kv_read, ctx if decoding else 0,
+                                          decoding + len(chunks))
+            k = 0 if self.prefill_first else 1
+            return self._segment.start(chunks, None, k, seconds, self.env.now, ctx + k * n)
         # decode only (n > 0): run until the next finish or until memory runs out
         heap = self._finish_heap
         while heap and (not heap[0][2].decoding or heap[0][2].inst is not self
@@ -610,14 +614,14 @@ class Instance:
         free = self._free_tokens(n * k)           # iterations the pool can grow, evicting if need be
         if free < n:
             self._preempt_newest()
-            return None, None
-        return (), self.perf.decode_run(n, ctx, min(k, free // n))
+            return None
+        run = self.perf.decode_run(n, ctx, min(k, free // n))
+        return self._segment.start((), run, run.k, run.total_s, self.env.now, ctx + n * run.k)
 
-    def _complete(self, chunks, k: int, t0: float, first_s: float, longest_s: float,
-                  elapsed: float) -> None:
-        """Account a finished segment of k iterations lasting `elapsed` seconds."""
+    def _complete(self, seg: Segment) -> None:
+        """Account a finished segment."""
         now = self.env.now
-        self._ctx_end = 0
+        chunks, run, k, t0, elapsed = seg.chunks, seg.run, seg.k, seg.t0, seg.seconds
         if self.tracer is not None:
             n = len(self._decoders)
             self.tracer.batch(self, t0, now, k * n + sum(c for _, c in chunks), n + len(chunks), k)
@@ -632,6 +636,8 @@ class Instance:
             used = self.held + self._ctx_base + n * iters   # settled
             if used > self.kv_peak:
                 self.kv_peak = used
+            # the gap before the segment's first token, and its longest
+            first_s, longest_s = (elapsed, elapsed) if run is None else (run.first_s, run.longest(k))
             if self._stall_s:                   # the pause lengthens the gap before this token
                 longest_s = max(longest_s, self._stall_s + first_s)
                 self._stall_s = 0.0
