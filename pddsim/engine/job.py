@@ -10,6 +10,9 @@ tokens), what it holds there, and what comes next, as continuations the pipeline
 * `on_finished(job)`: its last token is out;
 * `on_failed(job, reason)`: the instance cannot serve it.
 
+A job is on one instance at a time; one that has let go of its instance may be submitted to another
+(PD's prefill job, its KV landed, decodes on the decode instance).
+
 A job `streams` when its instance's tokens reach the user: it is then its request's current job
 (`Request.job`) and the engine moves the request's stages and token stream. A job that does not
 stream (a catch-up part absorbed on an MD) touches nothing of its request.
