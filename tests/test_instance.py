@@ -11,6 +11,7 @@ from pddsim.engine.job import Job
 from pddsim.engine.perf import LinearRun
 from pddsim.engine.request import Request
 from pddsim.sim import simulate
+from pddsim.system.stages import PREFILL_QUEUE
 from pddsim.workload.model import TraceRequest
 
 BASE, PER = 0.01, 1e-5
@@ -158,11 +159,12 @@ def test_work_arriving_on_a_boundary_joins_there(make_config, arrival):
     # between two (it ends at the next, 1.25): B's 3 tokens follow from there.
     env = simpy.Environment()
     at: dict = {}
-    inst = Instance(env, "d", "decode", "a", perf=_QuarterSecond(), kv_capacity_tokens=10**6,
+    inst = Instance(env, "d", "decode", "a", perf=_QuarterSecond(), prefill_side=False,
+                    kv_capacity_tokens=10**6,
                     batching=make_config().batching.under(catalog.engine(DEFAULT_ENGINE)), cache=None)
-    a = Request(0, TraceRequest(arrival_s=0.0, input_tokens=100, output_tokens=10), 0.0)
+    a = Request(0, TraceRequest(arrival_s=0.0, input_tokens=100, output_tokens=10), 0.0, PREFILL_QUEUE)
     inst.submit(_job(a, at, env), prefill=0, decode=10, context=100)
-    b = Request(1, TraceRequest(arrival_s=arrival, input_tokens=50, output_tokens=3), arrival)
+    b = Request(1, TraceRequest(arrival_s=arrival, input_tokens=50, output_tokens=3), arrival, PREFILL_QUEUE)
     env.timeout(arrival).callbacks.append(
         lambda _e: inst.submit(_job(b, at, env), prefill=0, decode=3, context=50))
     env.run()
@@ -193,9 +195,9 @@ def test_a_chunk_is_priced_by_one_attention_formula_in_the_engine_and_in_estimat
     env = simpy.Environment()
     engine = _Recording()
     batching = make_config(batching={"prefill_chunk": 256, "token_budget": 256}).batching
-    inst = Instance(env, "p", "prefill", "a", perf=engine, kv_capacity_tokens=10**6,
+    inst = Instance(env, "p", "prefill", "a", perf=engine, prefill_side=True, kv_capacity_tokens=10**6,
                     batching=batching.under(catalog.engine(DEFAULT_ENGINE)), cache=None)
-    req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=1200, output_tokens=1), 0.0)
+    req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=1200, output_tokens=1), 0.0, PREFILL_QUEUE)
     inst.submit(Job(req, on_held=lambda job: None, on_failed=None), prefill=1000, decode=0,
                 context=200, hold=True)
     env.run()

@@ -17,6 +17,7 @@ from pddsim.sim import simulate
 from pddsim.system import routers
 from pddsim.system.deployment import build
 from pddsim.system.pool import Pool, PoolIndex
+from pddsim.system.stages import PREFILL_QUEUE
 from pddsim.workload.model import TraceRequest, Workload
 
 
@@ -119,7 +120,7 @@ def test_an_instance_that_left_is_not_picked_until_it_is_back_at_its_place(make_
     pool = build(simpy.Environment(), cfg, seed=0).pools["prefill"]
     first = pool[0]
     req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=200, output_tokens=1, hash_ids=(7, 8),
-                                  block_tokens=100), 0.0)
+                                  block_tokens=100), 0.0, PREFILL_QUEUE)
     affinity, least = routers.CacheAffinity(), routers.LeastLoaded()
     assert least.pick(pool, req) is first               # all idle: the first
     pool.remove(first)

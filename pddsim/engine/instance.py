@@ -39,7 +39,7 @@ from pddsim.engine.job import Job
 from pddsim.engine.network import Flow, Link
 from pddsim.engine.perf import FlooredRun, LinearRun, chunk_attention_pairs
 from pddsim.engine.prefix_cache import PrefixCache
-from pddsim.engine.request import Request
+from pddsim.engine.request import PREFILL, RECOMPUTE, Request
 from pddsim.intmath import ceil_div
 
 if TYPE_CHECKING:   # the engine reads a config's batching limits; it needs no config code
@@ -120,18 +120,21 @@ class Instance:
     )
 
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
-                 kv_capacity_tokens: int, batching: Batching, cache: PrefixCache | None,
+                 prefill_side: bool, kv_capacity_tokens: int, batching: Batching,
+                 cache: PrefixCache | None,
                  host_load: Link | None = None, kv_bytes_per_token: float = 0.0,
                  scheduler: str = "mixed", admission: str = "optimistic", reserve_share: float = 1.0,
                  tracer=None):
-        """`host_load` is None for a cache in HBM; for one in host memory, the link its hits are
-        loaded over (`kv_bytes_per_token` sizes them). `scheduler` and `admission` are the
+        """`role`: the deployment's name for what it does (a label); `prefill_side`: it computes
+        prompts (routers weigh its queued prefill tokens). `host_load` is None for a cache in
+        HBM; for one in host memory, the link its hits are loaded over (`kv_bytes_per_token`
+        sizes them). `scheduler` and `admission` are the
         engine's policies, `reserve_share` what reserve admission keeps of an output
         (catalog.EngineProfile). `tracer`: a timeline told of every segment, when one is kept."""
         self.env = env
         self.name = name
         self.role = role
-        self._prefill_side = role in ("prefill", "colocated")
+        self._prefill_side = prefill_side
         self.cluster = cluster
         self.perf = perf
         self.capacity = kv_capacity_tokens
@@ -464,8 +467,8 @@ class Instance:
                 job.req.emit(now, job.ready_tokens)
                 job.ready_tokens = 0
             if job.prefill_left:
-                if job.streams and job.req.stage == "prefill_queue":
-                    job.req.enter("prefill", now)
+                if job.streams and job.req.stage == job.queue_stage:   # from where it queued
+                    job.req.enter(PREFILL, now)
                 job.reserved = need
                 self.held += need
                 if self.host_load is not None and job.uses_cache and job.req.hit_tokens:
@@ -707,7 +710,8 @@ class Instance:
             self._changed()
 
     def _join_decoding(self, job: Job) -> None:
-        job.req.enter(job.decode_stage, self.env.now)
+        if job.decode_stage is not None:
+            job.req.enter(job.decode_stage, self.env.now)
         job.decoding = True
         job.start_iter = self.iters
         job.finish_iter = self.iters + job.decode_left
@@ -755,7 +759,7 @@ class Instance:
         recompute its whole context when readmitted (vLLM's recompute preemption)."""
         victim = next(reversed(self._decoders))
         self._leave_decoding(victim)
-        victim.req.enter("recompute", self.env.now)
+        victim.req.enter(RECOMPUTE, self.env.now)
         self.preemptions += 1
         victim.prefill_left, victim.context = victim.context, 0
         self.pending_prefill_tokens += victim.prefill_left

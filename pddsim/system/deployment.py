@@ -215,6 +215,7 @@ def build(env, cfg: Config, seed: int, tracer=None) -> Deployment:
                 name = f"{cname}/{group.role}{len(built)}"
                 load = None if host is None else Link(env, f"host:{name}", host.load_gb_per_s * 1e9, 0.0)
                 inst = Instance(env, name, group.role, cname, perf=perf,
+                                prefill_side=group.role in ("prefill", "colocated"),
                                 kv_capacity_tokens=capacity,
                                 batching=group_batching(cfg, group, engine),
                                 cache=PrefixCache(cache_tokens) if cache_tokens else None,

@@ -15,11 +15,7 @@ from pddsim.engine.request import Request
 from pddsim.system.deployment import Deployment
 from pddsim.system.faults import TRANSFER_TIMEOUT
 from pddsim.system.routes import Route
-
-# the stages a job's request is in while the job waits for an instance, and while it decodes there
-# (an admitted prompt is in "prefill", a preempted decoder in "recompute": the engine's own)
-ENTRY_STAGES = ("prefill_queue", "decode")
-DECODE_STAGES = ("decode_queue", "decode")
+from pddsim.system.stages import DECODE_STAGES, ENTRY_STAGES
 
 
 class Pipeline:
