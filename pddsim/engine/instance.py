@@ -112,7 +112,7 @@ class Instance:
         "prefill_first", "reserve", "reserve_share", "whole_prompts",
         "tokens_decoded", "preemptions", "kv_peak", "tracer", "load_watch", "_pending",
         # the engine's state (`_empty`)
-        "_pinned", "_shared", "_ctx_end", "_loading", "_loads", "waiting", "prefilling", "held",
+        "_pinned", "_shared", "_loading", "_loads", "waiting", "prefilling", "held",
         "iters", "_ctx_base", "_finish_heap", "_decoders", "_joined", "_at_boundary", "_seq",
         "_seg_end", "_seg_max", "_segment", "_in_flight", "pending_prefill_tokens", "inbound_tokens",
         "waiting_tokens", "_wake", "_cut_event", "_promises", "_promised", "_stall_s",
@@ -128,9 +128,9 @@ class Instance:
         """`role`: the deployment's name for what it does (a label); `prefill_side`: it computes
         prompts (routers weigh its queued prefill tokens). `host_load` is None for a cache in
         HBM; for one in host memory, the link its hits are loaded over (`kv_bytes_per_token`
-        sizes them). `scheduler` and `admission` are the
-        engine's policies, `reserve_share` what reserve admission keeps of an output
-        (catalog.EngineProfile). `tracer`: a timeline told of every segment, when one is kept."""
+        sizes them). `scheduler` and `admission` are the engine's policies, `reserve_share` what
+        reserve admission keeps of an output (catalog.EngineProfile). `tracer`: a timeline told
+        of every segment, when one is kept."""
         self.env = env
         self.name = name
         self.role = role
