@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pddsim.engine.request import NO_TIME, STAGES, Request
+from pddsim.engine.request import NO_TIME, Request
 from pddsim.system.routes import Route
+from pddsim.system.stages import STAGES
 from pddsim.workload.stats import BUCKETS, bucket_index
 
 FLOAT_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "itl_max_s", "e2e_s", "finish_s", "wan_bytes",

@@ -33,6 +33,7 @@ from pddsim.system.pdd import PDD
 from pddsim.system.pipelines import Colocated, Disaggregated
 from pddsim.system.routers import make_router
 from pddsim.system.scaling import Elastic
+from pddsim.system.stages import FRONTEND, PREFILL_QUEUE
 from pddsim.timeline import Timeline
 from pddsim.timeseries import (
     INSTANCE_UTILIZATION,
@@ -290,11 +291,11 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     def issue(idx: int) -> None:
         nonlocal serving_free_at
         if not frontend_s and not jitter_s and not serial_s:
-            req = in_flight[idx] = Request(idx, reqs[idx], env.now, log=timeline is not None)
+            req = in_flight[idx] = Request(idx, reqs[idx], env.now, PREFILL_QUEUE,
+                                           log=timeline is not None)
             dispatch(req)
             return
-        req = in_flight[idx] = Request(idx, reqs[idx], env.now, log=timeline is not None,
-                                       stage="frontend")
+        req = in_flight[idx] = Request(idx, reqs[idx], env.now, FRONTEND, log=timeline is not None)
         serving_free_at = max(env.now, serving_free_at) + serial_s
         delay = serving_free_at - env.now + frontend_s + (jitter.exponential(jitter_s) if jitter_s else 0.0)
         env.timeout(delay).callbacks.append(lambda _e: dispatch(req))

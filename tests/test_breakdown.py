@@ -5,9 +5,9 @@ import pytest
 from test_instance import utilization_for
 
 from pddsim.config import load_config
-from pddsim.engine.request import STAGES
 from pddsim.metrics import stage_table
 from pddsim.sim import load_workload, simulate
+from pddsim.system.stages import STAGES
 
 STAGE_COLS = [f"stage_{s}_s" for s in STAGES]
 TTFT_COLS = [f"ttft_{s}_s" for s in STAGES]

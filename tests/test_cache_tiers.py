@@ -8,6 +8,7 @@ import pddsim.sim
 from pddsim import catalog
 from pddsim.cli import main
 from pddsim.engine.instance import Instance
+from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.sim import simulate
 
 BLOCK = 16
@@ -36,6 +37,21 @@ def deployments(monkeypatch):
 
     monkeypatch.setattr(pddsim.sim, "build", build)
     return built
+
+
+@pytest.fixture
+def evicted(monkeypatch):
+    """Tokens each prefix cache evicted for room (`evict`), by cache."""
+    freed: dict[PrefixCache, int] = {}
+    evict = PrefixCache.evict
+
+    def counted(self, tokens):
+        got = evict(self, tokens)
+        freed[self] = freed.get(self, 0) + got
+        return got
+
+    monkeypatch.setattr(PrefixCache, "evict", counted)
+    return freed
 
 
 @pytest.fixture
@@ -76,7 +92,8 @@ def agent_turns(n_sessions: int, turns: int, rng) -> list:
 
 @pytest.mark.parametrize("roles", [(("colocated", 2),), (("prefill", 1), ("decode", 2))])
 def test_memory_is_never_over_committed_with_caches_and_running_requests(make_config, make_workload,
-                                                                          roles, boundaries, deployments):
+                                                                          roles, boundaries, deployments,
+                                                                          evicted):
     """Colocated, and PD with HBM caches on both sides (the decoders' DRC fed by every landed
     prompt)."""
     cfg = make_config(roles=roles, prefix_cache={"decode_tokens": None},
@@ -86,8 +103,7 @@ def test_memory_is_never_over_committed_with_caches_and_running_requests(make_co
     df = res.requests
     assert (df.status == "completed").all() and (df.tokens_out == df.output_tokens).all()
     assert df.hit_tokens.sum() > 0
-    caches = [i.cache for pool in deployments[0].pools.values() for i in pool if i.cache is not None]
-    assert sum(c.evicted_tokens for c in caches) > 0              # the pool was the limit
+    assert sum(evicted.values()) > 0                              # the pool was the limit
     assert boundaries and all(used <= cap for _, used, cap in boundaries)
     for pool in deployments[0].pools.values():                    # every pin and byte given back
         for inst in pool:
@@ -96,7 +112,7 @@ def test_memory_is_never_over_committed_with_caches_and_running_requests(make_co
 
 
 def test_cached_blocks_are_evicted_before_a_decoder_is_preempted(make_config, make_workload,
-                                                                   monkeypatch, deployments):
+                                                                   monkeypatch, deployments, evicted):
     """E's blocks are cached and unused, A's are pinned by B (its prefix): as B and C grow, E's
     go first, then a decoder is preempted, never B's pinned prefix."""
     cfg = make_config(roles=(("colocated", 1),),
@@ -117,7 +133,7 @@ def test_cached_blocks_are_evicted_before_a_decoder_is_preempted(make_config, ma
     assert df.hit_tokens.iloc[2] == 320
     assert at_preemption and all(evictable == 0 for evictable, _ in at_preemption)
     assert at_preemption[0][1] == len(b)            # B's blocks, pinned, still resident
-    assert deployments[0].pools["colocated"][0].cache.evicted_tokens >= 160
+    assert evicted[deployments[0].pools["colocated"][0].cache] >= 160
 
 
 def test_an_hbm_cache_yields_its_room_to_requests(make_config, make_workload):

@@ -1,5 +1,6 @@
 """compare, capacity and check: the commands planners and CI pipelines build on."""
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -9,6 +10,8 @@ from pddsim.experiments.capacity import at_load, find_capacity
 from pddsim.experiments.compare import compare, format_comparison, relative_change
 from pddsim.sim import simulate
 from pddsim.workload.synthetic import AgentSpec, agent_workload, poisson_workload
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CLOSED = {"trace": "x", "replay": "closed"}
 
@@ -189,7 +192,7 @@ def test_deltas_point_the_way_the_value_moved_whatever_its_sign():
 
 def test_compare_refuses_mixed_slos_unless_allowed_then_says_and_shows_them(input_error, capsys):
     """same_dc_pd's TTFT SLO is 5 s, paper/pdd's 10 s: their goodputs answer different questions."""
-    small = ["--trace", "traces/agent_default.jsonl", "--set", "workload.limit=30", "--quiet"]
+    small = ["--trace", str(ROOT / "traces/agent_default.jsonl"), "--set", "workload.limit=30", "--quiet"]
     pair = ["compare", "configs/same_dc_pd.yaml", "configs/paper/pdd.yaml"]
     code = main([*pair, *small])
     input_error(code, capsys.readouterr().err, "SLOs differ", "same_dc_pd: TTFT 5 s",

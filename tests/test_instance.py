@@ -1,5 +1,4 @@
 """The batching engine on hand-computable cases (iteration time = 0.01 s + 1e-5 s per token)."""
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -7,11 +6,12 @@ import simpy
 
 from pddsim import catalog
 from pddsim.config import DEFAULT_ENGINE
-from pddsim.engine.instance import Instance
+from pddsim.engine.instance import Instance, Segment
 from pddsim.engine.job import Job
 from pddsim.engine.perf import LinearRun
 from pddsim.engine.request import Request
 from pddsim.sim import simulate
+from pddsim.system.stages import PREFILL_QUEUE
 from pddsim.workload.model import TraceRequest
 
 BASE, PER = 0.01, 1e-5
@@ -129,10 +129,10 @@ def test_iterations_in_flight_are_those_ended_by_now_exactly():
         ends = [run.elapsed(m) for m in range(1, k + 1)]
         t0 = float(rng.choice([0.0, rng.uniform(0, 1e4)]))
         for t in [0.0, *rng.choice(ends, 3), *rng.uniform(0, run.total_s * 1.2, 3)]:
-            inst = SimpleNamespace(_run_in_flight=run, env=SimpleNamespace(now=t0 + t), _run_t0=t0,
-                                   _flight_at=-1.0, _flight_iters=0)
-            ended = sum(1 for e in ends if e <= inst.env.now - t0)
-            assert Instance._iters_in_flight(inst) == ended
+            seg = Segment().start((), run, k, run.total_s, t0, 0)
+            ended = sum(1 for e in ends if e <= (t0 + t) - t0)
+            assert seg.iters_done(t0 + t) == ended
+            assert seg.iters_done(t0 + t) == ended       # asked again at the same instant
 
 
 class _QuarterSecond:
@@ -159,11 +159,12 @@ def test_work_arriving_on_a_boundary_joins_there(make_config, arrival):
     # between two (it ends at the next, 1.25): B's 3 tokens follow from there.
     env = simpy.Environment()
     at: dict = {}
-    inst = Instance(env, "d", "decode", "a", perf=_QuarterSecond(), kv_capacity_tokens=10**6,
+    inst = Instance(env, "d", "decode", "a", perf=_QuarterSecond(), prefill_side=False,
+                    kv_capacity_tokens=10**6,
                     batching=make_config().batching.under(catalog.engine(DEFAULT_ENGINE)), cache=None)
-    a = Request(0, TraceRequest(arrival_s=0.0, input_tokens=100, output_tokens=10), 0.0)
+    a = Request(0, TraceRequest(arrival_s=0.0, input_tokens=100, output_tokens=10), 0.0, PREFILL_QUEUE)
     inst.submit(_job(a, at, env), prefill=0, decode=10, context=100)
-    b = Request(1, TraceRequest(arrival_s=arrival, input_tokens=50, output_tokens=3), arrival)
+    b = Request(1, TraceRequest(arrival_s=arrival, input_tokens=50, output_tokens=3), arrival, PREFILL_QUEUE)
     env.timeout(arrival).callbacks.append(
         lambda _e: inst.submit(_job(b, at, env), prefill=0, decode=3, context=50))
     env.run()
@@ -194,9 +195,9 @@ def test_a_chunk_is_priced_by_one_attention_formula_in_the_engine_and_in_estimat
     env = simpy.Environment()
     engine = _Recording()
     batching = make_config(batching={"prefill_chunk": 256, "token_budget": 256}).batching
-    inst = Instance(env, "p", "prefill", "a", perf=engine, kv_capacity_tokens=10**6,
+    inst = Instance(env, "p", "prefill", "a", perf=engine, prefill_side=True, kv_capacity_tokens=10**6,
                     batching=batching.under(catalog.engine(DEFAULT_ENGINE)), cache=None)
-    req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=1200, output_tokens=1), 0.0)
+    req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=1200, output_tokens=1), 0.0, PREFILL_QUEUE)
     inst.submit(Job(req, on_held=lambda job: None, on_failed=None), prefill=1000, decode=0,
                 context=200, hold=True)
     env.run()

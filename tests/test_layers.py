@@ -57,3 +57,18 @@ def test_no_upward_import(path):
     for imported in imported_units(path):
         assert layer_of(imported) <= own, \
             f"{rel} (layer {own}) imports {imported} (layer {layer_of(imported)})"
+
+
+def test_the_engine_speaks_no_system_vocabulary():
+    """The stages of a request's path and the routes are the systems' words (system/stages.py,
+    system/routes.py): no string literal in engine/ names one, but for the engine's own two
+    stages (a prompt computed, a preempted decoder recomputing) and "decode", also the name of
+    an iteration's phase in the performance model."""
+    from pddsim.engine.request import PREFILL, RECOMPUTE
+    from pddsim.system.routes import Route
+    from pddsim.system.stages import STAGES
+    words = (set(STAGES) - {PREFILL, RECOMPUTE, "decode"}) | {str(r) for r in Route}
+    for path in sorted((PACKAGE / "engine").glob("*.py")):
+        literals = {node.value for node in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+        assert not literals & words, f"engine/{path.name} names {sorted(literals & words)}"

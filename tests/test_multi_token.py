@@ -45,12 +45,14 @@ def decode_alone(make_config, jobs, spec=None):
     """Decoders joining at 0 with (context, tokens) each: {request: (finish time, tokens out)}."""
     env = simpy.Environment()
     multi = None if spec is None else MultiToken(SpecDecode(**spec), _Linear(), np.random.default_rng(0))
-    inst = Instance(env, "d", "decode", "a", perf=_Linear(), kv_capacity_tokens=10**6, cache=None,
+    inst = Instance(env, "d", "decode", "a", perf=_Linear(), prefill_side=False, kv_capacity_tokens=10**6,
+                    cache=None,
                     batching=make_config().batching.under(catalog.engine(DEFAULT_ENGINE)),
                     multi_token=multi)
     at = {}
     for i, (context, tokens) in enumerate(jobs):
-        req = Request(i, TraceRequest(arrival_s=0.0, input_tokens=context, output_tokens=tokens), 0.0)
+        trace = TraceRequest(arrival_s=0.0, input_tokens=context, output_tokens=tokens)
+        req = Request(i, trace, 0.0, "decode")
         job = Job(req, on_finished=lambda job: at.__setitem__(job.req.idx, (env.now, job.req.tokens_out)),
                   on_failed=None)
         inst.submit(job, prefill=0, decode=tokens, context=context)

@@ -4,11 +4,11 @@ import json
 
 import pytest
 import yaml
+from test_capacity import KNOBS
 
 from pddsim.cli import main
 from pddsim.experiments.pdd_map import FACTORS, pdd_map, plot_map
 from pddsim.sim import simulate
-from tests.test_capacity import KNOBS
 
 WORKLOAD = {"replay": "closed", "horizon_s": 300, "session_rate_rps": 0.3,
             "synthetic": {"kind": "agent", "knobs": {**KNOBS, "output_mean": 40}}}

@@ -4,7 +4,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -214,16 +213,24 @@ def test_bad_input_is_one_line(small, capsys, input_error):
 def test_cache_resumes_a_killed_plan_with_only_the_missing_runs(tmp_path):
     path = small_config(tmp_path)
     cache = tmp_path / "cache"
-    args = [sys.executable, "-m", "pddsim.cli", "plan", str(path), "--vary", f"{D}=1..4",
-            "--jobs", "1", "--quiet", "--seed", "0", "--cache", str(cache), "--json"]
-    child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while len(list(cache.glob("*.json"))) < 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    args = ["plan", str(path), "--vary", f"{D}=1..4", "--jobs", "1", "--quiet", "--seed", "0",
+            "--cache", str(cache), "--json"]
+    # the plan is killed (SIGKILL, nothing cleans up) right after it has kept its first run
+    killed_after_first_run = (
+        "import os, signal, sys\n"
+        "from pddsim.experiments.result_cache import ResultCache\n"
+        "from pddsim.cli import main\n"
+        "put = ResultCache.put\n"
+        "def put_then_die(self, key, value):\n"
+        "    put(self, key, value)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "ResultCache.put = put_then_die\n"
+        "main(sys.argv[1:])\n")
+    child = subprocess.run([sys.executable, "-c", killed_after_first_run, *args],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    assert child.returncode == -signal.SIGKILL
     finished = len(list(cache.glob("*.json")))
-    assert 1 <= finished < 4 and not list(cache.glob("*.tmp"))
+    assert finished == 1 and not list(cache.glob("*.tmp"))
 
     ran = []
     real = plan_module.measure

@@ -17,6 +17,7 @@ from pddsim.sim import simulate
 from pddsim.system import routers
 from pddsim.system.deployment import build
 from pddsim.system.pool import Pool, PoolIndex
+from pddsim.system.stages import PREFILL_QUEUE
 from pddsim.workload.model import TraceRequest, Workload
 
 
@@ -119,7 +120,7 @@ def test_an_instance_that_left_is_not_picked_until_it_is_back_at_its_place(make_
     pool = build(simpy.Environment(), cfg, seed=0).pools["prefill"]
     first = pool[0]
     req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=200, output_tokens=1, hash_ids=(7, 8),
-                                  block_tokens=100), 0.0)
+                                  block_tokens=100), 0.0, PREFILL_QUEUE)
     affinity, least = routers.CacheAffinity(), routers.LeastLoaded()
     assert least.pick(pool, req) is first               # all idle: the first
     pool.remove(first)
@@ -128,7 +129,7 @@ def test_an_instance_that_left_is_not_picked_until_it_is_back_at_its_place(make_
     assert affinity.pick(pool, req) is pool[0]
     pool[1].cache.insert(req.hash_ids, 100)            # nor when the pick is a scan
     assert affinity.pick(pool, req) is pool[1]
-    pool.append(first)
+    pool.add(first)
     assert pool[0] is first                             # back at its place, its cache indexed
     assert affinity.pick(pool, req) is first
     assert least.pick(pool, req) is first
@@ -179,7 +180,7 @@ def test_the_block_map_built_late_is_what_the_members_in_service_hold(make_confi
 
     blocks = {b for chain in chains for b in chain}
     assert {b: pool.routing.holders(b) for b in blocks} == {b: truth(b) for b in blocks}
-    pool.append(gone)
+    pool.add(gone)
     pool[0].cache.evict(10**6)
     pool[3].cache.insert(chains[1], 100)
     assert {b: pool.routing.holders(b) for b in blocks} == {b: truth(b) for b in blocks}

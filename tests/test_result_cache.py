@@ -15,6 +15,7 @@ import pytest
 from pddsim import catalog
 from pddsim.experiments import result_cache as result_cache_module
 from pddsim.experiments import sweep as sweep_module
+from pddsim.experiments.backends import Processes
 from pddsim.experiments.result_cache import ResultCache
 from pddsim.experiments.sweep import sweep
 
@@ -104,7 +105,7 @@ def test_a_cache_that_cannot_be_written_leaves_the_results_standing(tiny, tmp_pa
     monkeypatch.setattr(sweep_module, "_run_point", counting)
     monkeypatch.setattr(result_cache_module.os, "replace", full)
     cache = ResultCache(tmp_path / "cache")
-    table = sweep(tiny, GRID, jobs=1, cache=cache)
+    table = sweep(tiny, GRID, backend=Processes(1), cache=cache)
     assert runs == [1, 2]                                  # each point once, no retries
     assert (table["failed"] == 0).all() and table["requests_completed"].notna().all()
     assert not list((tmp_path / "cache").iterdir())         # no .tmp left behind

@@ -1,7 +1,9 @@
 """Revenue arithmetic: cached input billed apart, linear in the prices, margin = revenue - cost."""
+import pandas as pd
 import pytest
 
 from pddsim.config import load_config
+from pddsim.cost import revenue_summary
 from pddsim.sim import load_workload, simulate
 
 SMALL = ["workload.limit=120"]
@@ -17,17 +19,21 @@ def prices(i, c, o):
             f"pricing.output_usd_per_m={o}"]
 
 
-def test_revenue_is_the_hand_computed_sum():
-    res = run(*prices(1.0, 0.25, 4.0))
-    df, s = res.requests, res.summary
-    done = df[df["status"] == "completed"]
-    cached, inputs, outputs = done["hit_tokens"].sum(), done["input_tokens"].sum(), done["tokens_out"].sum()
-    hours = s["sim_duration_s"] / 3600
-    expected = ((inputs - cached) * 1.0 + cached * 0.25 + outputs * 4.0) / 1e6 / hours
-    assert s["revenue_per_hour"] == pytest.approx(expected)
-    assert s["margin_per_hour"] == pytest.approx(expected - s["cost_per_hour"])
-    assert s["cached_input_share"] == pytest.approx(cached / inputs)
-    assert s["cost_per_m_output_tokens"] == pytest.approx(s["cost_per_hour"] / (outputs / 1e6 / hours))
+def test_revenue_of_a_small_case_worked_by_hand():
+    """Two completed requests (1 M input each, 0.4 M of A's cached; 0.5 M output each) and a failed
+    one, over half an hour at $1 / $0.25 / $4 per M input / cached / output, on $10 an hour."""
+    cfg = load_config("configs/same_dc_pd.yaml", prices(1.0, 0.25, 4.0), {})
+    requests = pd.DataFrame({"status": ["completed", "completed", "failed"],
+                             "input_tokens": [1_000_000, 1_000_000, 5_000_000],
+                             "hit_tokens": [400_000, 0, 0],
+                             "tokens_out": [500_000, 500_000, 0]})
+    s = revenue_summary(requests, cfg, duration_s=1800.0, cost_usd_per_hour=10.0)
+    # (1.6 M uncached x $1 + 0.4 M cached x $0.25 + 1 M out x $4) / 0.5 h = $5.7 / 0.5 h
+    assert s["revenue_per_hour"] == pytest.approx(11.4)
+    assert s["margin_per_hour"] == pytest.approx(1.4)
+    assert s["cached_input_share"] == pytest.approx(0.2)
+    assert s["cost_per_m_input_tokens"] == pytest.approx(2.5)     # $10 / (2 M per 0.5 h)
+    assert s["cost_per_m_output_tokens"] == pytest.approx(5.0)    # $10 / (1 M per 0.5 h)
 
 
 def test_revenue_is_linear_in_prices():

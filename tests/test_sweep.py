@@ -10,6 +10,7 @@ import yaml
 from pddsim.cli import main
 from pddsim.errors import InputError
 from pddsim.experiments import sweep as sweep_module
+from pddsim.experiments.backends import Processes
 from pddsim.experiments.sweep import grid_points, sweep
 
 GRID = ["clusters.a.instances.0.count=1,2", "slo.ttft_s=0.05,1"]
@@ -44,7 +45,7 @@ def test_a_key_given_twice_is_an_input_error():
 
 
 def test_two_by_two_sweep_rows_in_grid_order(tiny):
-    table = sweep(tiny, GRID, jobs=1)
+    table = sweep(tiny, GRID, backend=Processes(1))
     assert list(table.columns[:3]) == KEYS + ["system"]
     assert table[KEYS].values.tolist() == [[1, 0.05], [1, 1.0], [2, 0.05], [2, 1.0]]
     assert (table["requests_total"] == 300).all() and "wall_s" not in table
@@ -54,9 +55,10 @@ def test_two_by_two_sweep_rows_in_grid_order(tiny):
     assert table.iloc[0]["slo_attainment"] < table.iloc[1]["slo_attainment"]   # tighter TTFT SLO
 
 
-def test_jobs_do_not_change_the_table(tiny):
-    pd.testing.assert_frame_equal(sweep(tiny, GRID, jobs=2), sweep(tiny, GRID, jobs=1),
-                                  check_exact=True)
+def test_workers_do_not_change_the_table(tiny):
+    with Processes(2) as two_workers:
+        two = sweep(tiny, GRID, backend=two_workers)
+    pd.testing.assert_frame_equal(two, sweep(tiny, GRID, backend=Processes(1)), check_exact=True)
 
 
 def test_one_workload_unless_the_grid_varies_it(tiny, monkeypatch):
@@ -68,10 +70,10 @@ def test_one_workload_unless_the_grid_varies_it(tiny, monkeypatch):
 
     load = sweep_module.load_workload
     monkeypatch.setattr(sweep_module, "load_workload", counting)
-    sweep(tiny, GRID, jobs=1)
+    sweep(tiny, GRID, backend=Processes(1))
     assert calls == [300]
     calls.clear()
-    table = sweep(tiny, ["workload.synthetic.knobs.n_requests=50,100"], jobs=1)
+    table = sweep(tiny, ["workload.synthetic.knobs.n_requests=50,100"], backend=Processes(1))
     assert calls == [50, 100] and table["requests_total"].tolist() == [50, 100]
 
 

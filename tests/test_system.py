@@ -189,11 +189,21 @@ def test_turns_out_of_order_counts_turns_issued_before_their_predecessor_ended(m
 
 
 def test_achieved_rate_is_measured_from_the_issue_times(make_config):
+    """Open loop issues on the trace's schedule: 4 requests over 2 s are 3 gaps in 2 s. Closed loop
+    issues a turn a think time (1 s) after the one it follows ends, whatever the schedule (0, 5,
+    10 s): 3 turns are 2 gaps over the first two turns' ends plus their think times."""
+    times = (0.0, 0.5, 1.0, 2.0)
+    w = Workload([TraceRequest(t, 100, 2) for t in times])
+    assert simulate(make_config(roles=(("colocated", 1),)), w).summary["achieved_rps"] == \
+        pytest.approx(1.5)
+    turns = Workload([TraceRequest(5.0 * t, 100, 4, session_id=0, think_s=1.0, follows=t - 1)
+                      for t in range(3)], sessions=1)
     cfg = make_config(roles=(("colocated", 1),), workload={"trace": "x", "replay": "closed"})
-    w = sessions_workload(n_sessions=4, turns=3)
-    df = simulate(cfg, w).requests
-    summary = simulate(cfg, w).summary
-    assert summary["achieved_rps"] == pytest.approx((len(df) - 1) / (df.arrival_s.max() - df.arrival_s.min()))
+    res = simulate(cfg, turns)
+    ends = res.requests.sort_values("request").finish_s.to_numpy()
+    issued = res.requests.sort_values("request").arrival_s.to_numpy()
+    assert issued[1] == pytest.approx(ends[0] + 1.0) and issued[2] == pytest.approx(ends[1] + 1.0)
+    assert issued[0] == 0.0 and res.summary["achieved_rps"] == pytest.approx(2 / (ends[1] + 1.0))
 
 
 @pytest.mark.parametrize("scenario", ["same_dc_pd.yaml", "pdd.yaml"])

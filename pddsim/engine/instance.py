@@ -32,7 +32,7 @@ from bisect import bisect_right
 from collections import deque
 from functools import partial
 from math import ceil, inf, nextafter
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import simpy
 from simpy.events import URGENT
@@ -40,9 +40,9 @@ from simpy.events import URGENT
 from pddsim.engine.job import Job
 from pddsim.engine.multi_token import MultiToken
 from pddsim.engine.network import Flow, Link
-from pddsim.engine.perf import LinearRun, chunk_attention_pairs
+from pddsim.engine.perf import DecodeRun, chunk_attention_pairs
 from pddsim.engine.prefix_cache import PrefixCache
-from pddsim.engine.request import Request
+from pddsim.engine.request import PREFILL, RECOMPUTE, Request
 from pddsim.intmath import ceil_div
 
 if TYPE_CHECKING:   # the engine reads a config's batching limits; it needs no config code
@@ -61,6 +61,50 @@ class _Urgent(simpy.Event):
         env.schedule(self, URGENT)
 
 
+class Segment:
+    """What an instance computes between two iteration boundaries, while it is in flight: one
+    iteration with prefill `chunks` in it (`k`, 0 or 1, of its iterations decode), or a `run` of
+    k decode iterations priced in closed form, which a cut (new work) ends early, lowering `k` and
+    `seconds`. It starts at `t0`; `ctx_end` is the decoders' KV when it ends.
+
+    An instance refills one (`start`) for each segment: an object made per segment would cost the
+    event loop an allocation at every iteration boundary (about 1% of its time)."""
+
+    __slots__ = ("chunks", "run", "k", "seconds", "t0", "ctx_end", "cuttable", "seen_at",
+                 "seen_iters")
+
+    def __init__(self) -> None:
+        self.start((), None, 0, 0.0, 0.0, 0)
+
+    def start(self, chunks: Sequence[tuple[Job, int]], run: DecodeRun | None,
+              k: int, seconds: float, t0: float, ctx_end: int) -> Segment:
+        self.chunks = chunks
+        self.run = run
+        self.k = k
+        self.seconds = seconds
+        self.t0 = t0
+        self.ctx_end = ctx_end
+        self.cuttable = run is not None       # a decode run not cut yet: new work cuts it
+        self.seen_at = -1.0                   # when `iters_done` last answered, and what
+        self.seen_iters = 0
+        return self
+
+    def iters_done(self, now: float) -> int:
+        """Iterations of the decode run that have ended by `now` (a binary search): the first
+        iteration ending after now is the run's cut just above now, and all before it have
+        ended (all k when even the last has). Routers ask many times at one instant."""
+        if now == self.seen_at:
+            return self.seen_iters
+        run = self.run
+        assert run is not None
+        t = now - self.t0
+        m = run.cut(nextafter(t, inf))
+        if m < run.k or run.total_s > t:
+            m -= 1
+        self.seen_at, self.seen_iters = now, m
+        return m
+
+
 class Instance:
     # slots: with this many fields an instance's attributes would otherwise live in a plain dict
     # (past CPython's shared-key limit), and every access in the engine's loop would hash
@@ -71,28 +115,30 @@ class Instance:
         "prefill_first", "reserve", "reserve_share", "whole_prompts",
         "tokens_decoded", "preemptions", "kv_peak", "tracer", "load_watch", "_pending",
         # the engine's state (`_empty`)
-        "_pinned", "_shared", "_ctx_end", "_loading", "_loads", "waiting", "prefilling", "held",
+        "_pinned", "_shared", "_loading", "_loads", "waiting", "prefilling", "held",
         "iters", "_ctx_base", "_finish_heap", "_decoders", "_joined", "_at_boundary", "_seq",
-        "_seg_end", "_seg_max", "_run_in_flight", "_run_t0", "_flight_at", "_flight_iters",
-        "pending_prefill_tokens", "inbound_tokens", "waiting_tokens", "_wake", "_interruptible",
-        "_cut_event", "_segment", "_run_k", "_run_s", "_promises", "_promised", "_stall_s",
+        "_seg_end", "_seg_max", "_segment", "_in_flight", "pending_prefill_tokens", "inbound_tokens",
+        "waiting_tokens", "_wake", "_cut_event", "_promises", "_promised", "_stall_s",
         "_memory_short", "_spec", "most_tokens_per_iteration",
     )
 
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
-                 kv_capacity_tokens: int, batching: Batching, cache: PrefixCache | None,
+                 prefill_side: bool, kv_capacity_tokens: int, batching: Batching,
+                 cache: PrefixCache | None,
                  host_load: Link | None = None, kv_bytes_per_token: float = 0.0,
                  scheduler: str = "mixed", admission: str = "optimistic", reserve_share: float = 1.0,
                  tracer=None, multi_token: MultiToken | None = None):
-        """`host_load` is None for a cache in HBM; for one in host memory, the link its hits are
-        loaded over (`kv_bytes_per_token` sizes them). `scheduler` and `admission` are the
-        engine's policies, `reserve_share` what reserve admission keeps of an output
-        (catalog.EngineProfile). `tracer`: a timeline told of every segment, when one is kept.
-        `multi_token`: its decoders verify several proposed tokens an iteration (None: one token)."""
+        """`role`: the deployment's name for what it does (a label); `prefill_side`: it computes
+        prompts (routers weigh its queued prefill tokens). `host_load` is None for a cache in
+        HBM; for one in host memory, the link its hits are loaded over (`kv_bytes_per_token`
+        sizes them). `scheduler` and `admission` are the engine's policies, `reserve_share` what
+        reserve admission keeps of an output (catalog.EngineProfile). `tracer`: a timeline told
+        of every segment, when one is kept. `multi_token`: its decoders verify several proposed
+        tokens an iteration (None: one token)."""
         self.env = env
         self.name = name
         self.role = role
-        self._prefill_side = role in ("prefill", "colocated")
+        self._prefill_side = prefill_side
         self.cluster = cluster
         self.perf = perf
         self.capacity = kv_capacity_tokens
@@ -128,7 +174,6 @@ class Instance:
         """The engine's state of an instance serving nothing (at start, and after a restart)."""
         self._pinned: dict[Job, int] = {}  # leading blocks of its chain each request pins
         self._shared = 0                      # pinned tokens admitted requests' KV also counts
-        self._ctx_end = 0                     # decoders' KV when the segment in flight ends
         self._loading = 0                     # admitted requests whose hit is being loaded
         self._loads: dict[Job, Flow] = {}   # their loads in flight over the host link
         self.waiting: deque[Job] = deque()
@@ -144,20 +189,13 @@ class Instance:
         self._seq = 0
         self._seg_end: list[int] = []         # suffix-max stack of iteration times, by end iter
         self._seg_max: list[float] = []
-        self._run_in_flight: LinearRun | None = None   # the decode run under way, its start
-        self._run_t0 = 0.0
-        self._flight_at = -1.0                # when `_iters_in_flight` last answered, and what
-        self._flight_iters = 0
+        self._segment = Segment()
+        self._in_flight: Segment | None = None   # `_segment` while it is computed
         self.pending_prefill_tokens = 0
         self.inbound_tokens = 0               # prompts whose KV is on its way here (the pipeline's)
         self.waiting_tokens = 0
         self._wake: simpy.Event | None = None
-        self._interruptible = False
-        self._cut_event: _Urgent | None = None
-        self._segment: tuple = ()             # the iteration with prefill in flight: chunks, its
-                                              # decode iterations (0 or 1), start, seconds
-        self._run_k = 0                       # iterations the decode run in flight ends after
-        self._run_s = 0.0                     # and their seconds (both lowered when it is cut)
+        self._cut_event: _Urgent | None = None   # a cut at a boundary that is now, pending
         self._promises: dict[Job, int] = {}   # `reserve`: each admitted request's whole length
         self._promised = 0                    # and their sum
         self._stall_s = 0.0                   # `prefill_first`: decoders paused since their last token
@@ -189,29 +227,13 @@ class Instance:
     def decode_context(self) -> int:
         """KV tokens of the decoders, counting the iterations already run in a decode run under
         way (a router must see the load that a one-iteration-at-a-time engine would show)."""
-        if self._run_in_flight is None:
+        seg = self._in_flight
+        if seg is None or seg.run is None:
             return self._ctx_base + len(self._decoders) * self.iters
         if self._spec is not None:
             return (self._ctx_base + len(self._decoders) * self.iters
-                    + self._spec.grown(self.iters, self._iters_in_flight()))
-        return self._ctx_base + len(self._decoders) * (self.iters + self._iters_in_flight())
-
-    def _iters_in_flight(self) -> int:
-        """Iterations of the decode run under way that have ended by now (a binary search): the
-        first iteration ending after now is the run's cut just above now, and all before it
-        have ended (all k when even the last has)."""
-        run = self._run_in_flight
-        if run is None:
-            return 0
-        now = self.env.now
-        if now == self._flight_at:            # routers ask many times at one instant
-            return self._flight_iters
-        t = now - self._run_t0
-        m = run.cut(nextafter(t, inf))
-        if m < run.k or run.total_s > t:
-            m -= 1
-        self._flight_at, self._flight_iters = now, m
-        return m
+                    + self._spec.grown(self.iters, seg.iters_done(self.env.now)))
+        return self._ctx_base + len(self._decoders) * (self.iters + seg.iters_done(self.env.now))
 
     @property
     def kv_load(self) -> int:
@@ -228,9 +250,10 @@ class Instance:
     def kv_load_ceiling(self) -> int:
         """`kv_load` once the decode run under way has run to its end: never below it (a router
         that can tell two instances apart by these bounds need not find where the runs are)."""
-        if self._run_in_flight is None:
+        seg = self._in_flight
+        if seg is None or seg.run is None:
             return self.kv_load_floor
-        return self.held + self._ctx_end + self.waiting_tokens
+        return self.held + seg.ctx_end + self.waiting_tokens
 
     @property
     def kv_in_use(self) -> int:
@@ -361,9 +384,11 @@ class Instance:
         if wake is not None:                  # idle: wake the loop (once)
             self._wake = None
             wake.succeed()
-        elif self._interruptible:             # a decode run: cut it at the next boundary
-            self._interruptible = False
-            self._cut()
+        else:
+            seg = self._in_flight
+            if seg is not None and seg.cuttable:   # a decode run: cut it at the next boundary
+                seg.cuttable = False
+                self._cut()
 
     def _wait(self, event: simpy.Event, then: Callable[[simpy.Event], None]) -> None:
         """Continue with `then` once `event` is processed (a crash takes it back)."""
@@ -384,62 +409,41 @@ class Instance:
                 self._changed()
                 self._wait(wake, self._step)  # `_poke` clears `_wake` as it triggers it
                 return
-            chunks, plan = self._plan()
-            if chunks is None:                # out of memory: a decoder was preempted, re-plan
+            seg = self._plan()
+            if seg is None:                   # out of memory: a decoder was preempted, re-plan
                 continue
-            t0 = env.now
-            n = len(self._decoders)
-            settled = self._ctx_base + n * self.iters
-            if chunks:                        # one iteration with prefill in it, `plan` seconds
-                k = 0 if self.prefill_first else 1    # decode iterations it is
-                self._ctx_end = settled + (k * n if self._spec is None else self._spec.grown(self.iters, k))
-                self._segment = (chunks, k, t0, plan)
-                self._changed()
-                self._wait(env.timeout(plan), self._mixed_done)
-                return
-            run = plan                        # a run of decode iterations
-            self._run_k, self._run_s = run.k, run.total_s
-            self._ctx_end = settled + (n * run.k if self._spec is None
-                                       else self._spec.grown(self.iters, run.k))
-            self._run_in_flight, self._run_t0, self._flight_at = run, t0, -1.0
-            self._interruptible = True
+            self._in_flight = seg
             self._changed()
-            self._wait(env.timeout(run.total_s), self._run_done)
+            self._wait(env.timeout(seg.seconds), self._segment_done)
             return
-
-    def _mixed_done(self, _event: simpy.Event) -> None:
-        chunks, k, t0, plan = self._segment
-        self._segment = ()
-        self._complete(chunks, k, t0, plan, plan, plan)
-        self._step()
 
     def _cut(self, urgent: simpy.Event | None = None) -> None:
         """New work arrived during a decode run: it ends at the first boundary from now on. A
         boundary after now is rescheduled at once; one that is now ends the run from an urgent
         event at this instant (`urgent`), never inside the caller."""
-        run = self._run_in_flight
-        assert run is not None
-        done_s = self.env.now - self._run_t0
+        seg = self._in_flight
+        assert seg is not None and seg.run is not None
+        run = seg.run
+        done_s = self.env.now - seg.t0
         k = run.cut(done_s)
         elapsed = run.elapsed(k)
         if elapsed <= done_s and urgent is None:
             self._cut_event = _Urgent(self.env, self._cut)
             return
         self._cut_event = None
-        self._pending.callbacks.remove(self._run_done)
-        self._run_k, self._run_s = k, elapsed
+        self._pending.callbacks.remove(self._segment_done)
+        seg.k, seg.seconds = k, elapsed
         if elapsed > done_s:
             self._changed()
-            self._wait(self.env.timeout(elapsed - done_s), self._run_done)
+            self._wait(self.env.timeout(elapsed - done_s), self._segment_done)
         else:
-            self._run_done(urgent)
+            self._segment_done(urgent)
 
-    def _run_done(self, _event: simpy.Event | None) -> None:
-        run, k = self._run_in_flight, self._run_k
-        assert run is not None
-        self._interruptible = False
-        self._run_in_flight = None
-        self._complete((), k, self._run_t0, run.first_s, run.longest(k), self._run_s)
+    def _segment_done(self, _event: simpy.Event | None) -> None:
+        seg = self._in_flight
+        assert seg is not None
+        self._in_flight = None
+        self._complete(seg)
         self._step()
 
     def _admit(self) -> None:
@@ -474,8 +478,8 @@ class Instance:
                 job.req.emit(now, job.ready_tokens)
                 job.ready_tokens = 0
             if job.prefill_left:
-                if job.streams and job.req.stage == "prefill_queue":
-                    job.req.enter("prefill", now)
+                if job.streams and job.req.stage == job.queue_stage:   # from where it queued
+                    job.req.enter(PREFILL, now)
                 job.reserved = need
                 self.held += need
                 if self.host_load is not None and job.uses_cache and job.req.hit_tokens:
@@ -564,7 +568,8 @@ class Instance:
     @property
     def _growth_left(self) -> int:
         """KV the decoders still add before the segment in flight ends."""
-        return max(0, self._ctx_end - self.decode_context)
+        seg = self._in_flight
+        return 0 if seg is None else max(0, seg.ctx_end - self.decode_context)
 
     def _kv_settled(self) -> int:
         """KV tokens requests hold between segments: admitted prompts and held KV, decoders'."""
@@ -583,10 +588,9 @@ class Instance:
                 free += cache.evict(want - free)
         return free
 
-    def _plan(self):
-        """Pick this segment's batch: (prefill chunks, the iteration's seconds) for one iteration
-        with prefill in it, ((), a decode run) for decode iterations, (None, None) when a decoder
-        had to be preempted first."""
+    def _plan(self) -> Segment | None:
+        """Pick this segment's batch: one iteration with prefill in it, or decode iterations;
+        None when a decoder had to be preempted first."""
         n = len(self._decoders)
         ctx = self._ctx_base + n * self.iters     # between segments: no run under way
         # a mixed iteration adds n tokens, cached blocks making room before a decoder; a
@@ -598,7 +602,7 @@ class Instance:
             grows = n if spec is None else spec.grown(self.iters, 1)
             if decoding and self._free_tokens(grows) < grows:
                 self._preempt_newest()
-                return None, None
+                return None
             tokens, pairs, kv_read = (n, ctx, ctx) if decoding else (0, 0, 0)
             if decoding and spec is not None:     # each decoder verifies k+1 tokens
                 tokens, pairs = spec.verify(n, ctx)
@@ -616,12 +620,16 @@ class Instance:
                 tokens += c
                 pairs += chunk_attention_pairs(job.context, c)
                 kv_read += job.context
+            k = 0 if self.prefill_first else 1
             if spec is None:
-                return chunks, self.perf.iteration(tokens, pairs, kv_read, ctx if decoding else 0,
-                                                   decoding + len(chunks))
-            return chunks, (self.perf.iteration(tokens, pairs, kv_read, decode_pairs,
-                                                decoding + len(chunks), samples + len(chunks))
-                            + (spec.draft_s(n, ctx) if decoding else 0.0))
+                seconds = self.perf.iteration(tokens, pairs, kv_read, ctx if decoding else 0,
+                                              decoding + len(chunks))
+                return self._segment.start(chunks, None, k, seconds, self.env.now, ctx + k * n)
+            seconds = (self.perf.iteration(tokens, pairs, kv_read, decode_pairs,
+                                           decoding + len(chunks), samples + len(chunks))
+                       + (spec.draft_s(n, ctx) if decoding else 0.0))
+            return self._segment.start(chunks, None, k, seconds, self.env.now,
+                                       ctx + spec.grown(self.iters, k))
         # decode only (n > 0): run until the next finish or until memory runs out
         heap = self._finish_heap
         while heap and (not heap[0][2].decoding or heap[0][2].inst is not self
@@ -630,22 +638,23 @@ class Instance:
         # one iteration when someone waits for a boundary or coalescing is off
         k = 1 if self._at_boundary or not self.coalesce else heap[0][0] - self.iters
         if spec is not None:                      # tokens per iteration as the decoders drew them
-            run = spec.run(n, ctx, self.iters, k, self._free_tokens(spec.grown(self.iters, k)))
-            if run is None:
+            srun = spec.run(n, ctx, self.iters, k, self._free_tokens(spec.grown(self.iters, k)))
+            if srun is None:
                 self._preempt_newest()
-                return None, None
-            return (), run
+                return None
+            return self._segment.start((), srun, srun.k, srun.total_s, self.env.now,
+                                       ctx + spec.grown(self.iters, srun.k))
         free = self._free_tokens(n * k)           # iterations the pool can grow, evicting if need be
         if free < n:
             self._preempt_newest()
-            return None, None
-        return (), self.perf.decode_run(n, ctx, min(k, free // n))
+            return None
+        run = self.perf.decode_run(n, ctx, min(k, free // n))
+        return self._segment.start((), run, run.k, run.total_s, self.env.now, ctx + n * run.k)
 
-    def _complete(self, chunks, k: int, t0: float, first_s: float, longest_s: float,
-                  elapsed: float) -> None:
-        """Account a finished segment of k iterations lasting `elapsed` seconds."""
+    def _complete(self, seg: Segment) -> None:
+        """Account a finished segment."""
         now = self.env.now
-        self._ctx_end = 0
+        chunks, run, k, t0, elapsed = seg.chunks, seg.run, seg.k, seg.t0, seg.seconds
         n = len(self._decoders)
         iters = self.iters
         made = k * n if self._spec is None else self._spec.grown(iters, k)   # decode tokens
@@ -661,6 +670,8 @@ class Instance:
             used = self.held + self._ctx_base + n * iters   # settled
             if used > self.kv_peak:
                 self.kv_peak = used
+            # the gap before the segment's first token, and its longest
+            first_s, longest_s = (elapsed, elapsed) if run is None else (run.first_s, run.longest(k))
             if self._stall_s:                   # the pause lengthens the gap before this token
                 longest_s = max(longest_s, self._stall_s + first_s)
                 self._stall_s = 0.0
@@ -730,7 +741,8 @@ class Instance:
             self._changed()
 
     def _join_decoding(self, job: Job) -> None:
-        job.req.enter(job.decode_stage, self.env.now)
+        if job.decode_stage is not None:
+            job.req.enter(job.decode_stage, self.env.now)
         job.decoding = True
         job.start_iter = self.iters
         job.finish_iter = self.iters + (job.decode_left if self._spec is None
@@ -781,7 +793,7 @@ class Instance:
         recompute its whole context when readmitted (vLLM's recompute preemption)."""
         victim = next(reversed(self._decoders))
         self._leave_decoding(victim)
-        victim.req.enter("recompute", self.env.now)
+        victim.req.enter(RECOMPUTE, self.env.now)
         self.preemptions += 1
         victim.prefill_left, victim.context = victim.context, 0
         self.pending_prefill_tokens += victim.prefill_left

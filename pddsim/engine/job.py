@@ -10,6 +10,9 @@ tokens), what it holds there, and what comes next, as continuations the pipeline
 * `on_finished(job)`: its last token is out;
 * `on_failed(job, reason)`: the instance cannot serve it.
 
+A job is on one instance at a time; one that has let go of its instance may be submitted to another
+(PD's prefill job, its KV landed, decodes on the decode instance).
+
 A job `streams` when its instance's tokens reach the user: it is then its request's current job
 (`Request.job`) and the engine moves the request's stages and token stream. A job that does not
 stream (a catch-up part absorbed on an MD) touches nothing of its request.
@@ -38,16 +41,17 @@ class Job:
 
     def __init__(self, req: Request, *, on_failed: Callable[[Job, str], None],
                  on_finished: Callable[[Job], None] = _never, on_held: Callable[[Job], None] = _never,
-                 streams: bool = True, queue_stage: str | None = None, decode_stage: str = "decode"):
-        """`queue_stage`: the stage its request enters while the job waits for admission (None:
-        it stays where it is); `decode_stage`: the one it enters while the job decodes."""
+                 streams: bool = True, queue_stage: str | None = None,
+                 decode_stage: str | None = None):
+        """`queue_stage`: the stage its request enters while the job waits for admission,
+        `decode_stage` the one it enters while the job decodes (None: it stays where it is)."""
         self.req = req
         self.hash_ids = req.hash_ids
         self.block_tokens = req.block_tokens
         self.input_tokens = req.input_tokens
         self.streams = streams
         self.queue_stage = queue_stage if streams else None
-        self.decode_stage = decode_stage
+        self.decode_stage = decode_stage if streams else None
         self.on_held = on_held
         self.on_finished = on_finished
         self.on_failed = on_failed

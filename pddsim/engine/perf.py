@@ -44,7 +44,12 @@ def chunk_attention_pairs(context, chunk):
 
 class DecodeRun(Protocol):
     """k decode iterations of a fixed batch, priced at once: how long the first m take, the longest
-    of them, and how many end by time t."""
+    of them, and how many end by time t; `k` iterations in all, `total_s` long, the first
+    `first_s`."""
+
+    k: int
+    total_s: float
+    first_s: float
 
     def elapsed(self, m: int) -> float: ...
     def longest(self, m: int) -> float: ...

@@ -48,14 +48,13 @@ class _Node:
 class PrefixCache:
     """Resident prefix blocks of one instance, bounded by `capacity_tokens` (None: unbounded)."""
 
-    __slots__ = ("capacity_tokens", "used_tokens", "pinned_tokens", "evicted_tokens", "on_added",
-                 "on_removed", "_resident", "_heads", "_lru", "_root")
+    __slots__ = ("capacity_tokens", "used_tokens", "pinned_tokens", "on_added", "on_removed",
+                 "_resident", "_heads", "_lru", "_root")
 
     def __init__(self, capacity_tokens: int | None):
         self.capacity_tokens = capacity_tokens
         self.used_tokens = 0
         self.pinned_tokens = 0                           # resident tokens pinned at least once
-        self.evicted_tokens = 0
         self.on_added: BlocksHook | None = None          # called with blocks made resident
         self.on_removed: BlocksHook | None = None        # called with blocks evicted
         self._resident: set[int] = set()                 # every resident block
@@ -110,10 +109,6 @@ class PrefixCache:
             else:       # pinned by another request: simply left out of the LRU list
                 below = None
 
-    def touch(self, hash_ids: Sequence[int], n_blocks: int) -> None:
-        """Refresh the recency of the resident blocks among the first `n_blocks`, leaf first."""
-        self._refresh(self._path(hash_ids, min(n_blocks, self.match(hash_ids))))
-
     def insert(self, hash_ids: Sequence[int], block_tokens: int, limit: int | None = None) -> int:
         """Make the chain resident (evicting LRU leaves as needed); returns blocks now resident.
 
@@ -156,12 +151,11 @@ class PrefixCache:
             node = next(iter(lru))
             freed += self._drop(node, ceil_div(tokens - freed, node.block_tokens), True)
         self.used_tokens -= freed
-        self.evicted_tokens += freed
         return freed
 
     def clear(self) -> None:
         """Forget every block, pinned or not (the instance lost its memory); `on_removed` hears
-        them all. What was evicted before stays counted."""
+        them all."""
         if self._resident and self.on_removed is not None:
             self.on_removed(list(self._resident))
         self.used_tokens = self.pinned_tokens = 0
@@ -246,17 +240,13 @@ class PrefixCache:
         reached: the cache held it within capacity before the insert.
         """
         lru, total = self._lru, resident
-        used, evicted = self.used_tokens, 0
+        used = self.used_tokens
         while used > cap:
             node = next(iter(lru))
             fresh = node is new or resident < total    # never resident as far as callers know
             k = min(len(node.blocks), ceil_div(used - cap, node.block_tokens))
-            freed = self._drop(node, k, not fresh)
-            used -= freed
+            used -= self._drop(node, k, not fresh)
             if fresh:
                 resident -= k
-            else:
-                evicted += freed
         self.used_tokens = used
-        self.evicted_tokens += evicted
         return resident

@@ -4,36 +4,38 @@ The stream is kept as three numbers (first token, last token, largest gap) plus 
 per-token log. Finished requests leave only their record behind.
 
 Where its time goes is kept as a partition: the request is always in exactly one named *stage* of
-the path its stream takes (see STAGES), and entering a stage closes the previous one. The stages'
+the path its stream takes, and entering a stage closes the previous one. The stages'
 durations therefore add up to its end-to-end latency, and those closed before the first token to its
 TTFT, by construction. Work off the stream's path (PDD's WAN copy while the RLD streams) is not a
 stage: it delays nobody the user sees.
+
+The stages are the system layer's vocabulary, its paths' (system/stages.py names them with
+`name_stages`); the engine moves a request only into those its job names (where it queues, where
+it decodes) and into two of its own, `PREFILL` and `RECOMPUTE`.
 """
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:  # the engine reads a trace entry's fields; it needs no workload code
     from pddsim.engine.job import Job
     from pddsim.workload.model import TraceRequest
 
 
-STAGES = (
-    "frontend",        # in the serving front end before the engine sees it (HTTP, tokenisation)
-    "prefill_queue",   # waiting for a prefill-side instance to admit it (batch slots, KV memory)
-    "prefill",         # prompt computation (chunked, possibly over several iterations)
-    "kv_rdma",         # prompt KV crossing the cluster fabric to the instance that will stream
-    "kv_wan",          # prompt KV crossing the WAN to the instance that will stream
-    "relay_queue",     # waiting for an RLD to admit it
-    "relay_decode",    # decoding on the RLD (catch-up handoffs included: the RLD keeps streaming)
-    "handoff",         # final handoff: token IDs over the WAN, MD admission and its extend step
-    "decode_queue",    # waiting for a decode instance (D or MD) to admit it
-    "decode",          # decoding on the instance that streams last (D, MD or colocated)
-    "recompute",       # preempted for memory: re-queued and recomputing its context
-)
-STAGE_INDEX = {name: i for i, name in enumerate(STAGES)}
-NO_TIME = array("d", [0.0] * len(STAGES))
+PREFILL = "prefill"          # its prompt is computed (its job admitted from where it queued)
+RECOMPUTE = "recompute"      # preempted for memory: re-queued, recomputing its context
+STAGE_INDEX: dict[str, int] = {}   # each stage's place in a request's `stages` (`name_stages`)
+NO_TIME = array("d")               # a zero per stage
+
+
+def name_stages(stages: Sequence[str]) -> None:
+    """The stages a request's path can take, in the order its `stages` (and outputs) list them.
+    Kept in place: what imported `STAGE_INDEX` or `NO_TIME` sees them."""
+    assert PREFILL in stages and RECOMPUTE in stages, "the engine's own stages are among them"
+    STAGE_INDEX.clear()
+    STAGE_INDEX.update((name, i) for i, name in enumerate(stages))
+    NO_TIME[:] = array("d", [0.0] * len(stages))
 
 
 class Request:
@@ -52,8 +54,9 @@ class Request:
         "retries",
     )
 
-    def __init__(self, idx: int, trace: TraceRequest, arrival_s: float, log: bool = False,
-                 stage: str = "prefill_queue"):
+    def __init__(self, idx: int, trace: TraceRequest, arrival_s: float, stage: str,
+                 log: bool = False):
+        """`stage`: where it is as it arrives."""
         self.idx = idx
         self.trace = trace
         self.arrival_s = arrival_s
@@ -80,22 +83,22 @@ class Request:
         self.job: Job | None = None
         self.stage = stage
         self.stage_s = arrival_s
-        self.stages = array("d", NO_TIME)     # seconds per stage, in STAGES order (no float objects)
+        self.stages = array("d", NO_TIME)     # seconds per named stage, in order (no float objects)
         self.ttft_stages: array | None = None
         self.log = [(stage, arrival_s)] if log else None
         self.retries = 0
 
-    def retried(self, now: float) -> Request:
-        """The request sent again from scratch at `now` after a fault lost its attempt (its KV
-        is gone: everything is recomputed, and the stream starts over). It keeps its arrival,
-        the time its stages took so far (the lost attempt's time stays in its stages), and the
-        bytes it moved."""
-        again = Request(self.idx, self.trace, self.arrival_s)
+    def retried(self, now: float, stage: str) -> Request:
+        """The request sent again from scratch at `now`, in `stage`, after a fault lost its
+        attempt (its KV is gone: everything is recomputed, and the stream starts over). It keeps
+        its arrival, the time its stages took so far (the lost attempt's time stays in its
+        stages), and the bytes it moved."""
+        again = Request(self.idx, self.trace, self.arrival_s, stage)
         again.stages = self.stages[:]
         again.stages[STAGE_INDEX[self.stage]] += now - self.stage_s
         again.stage_s = now
         if self.log is not None:
-            again.log = self.log + [("prefill_queue", now)]
+            again.log = self.log + [(stage, now)]
         again.retries = self.retries + 1
         again.wan_bytes, again.wan_bytes_no_drc = self.wan_bytes, self.wan_bytes_no_drc
         again.rdma_bytes = self.rdma_bytes

@@ -84,15 +84,17 @@ def format_fault_study(study: FaultStudy) -> str:
 def plot_fault_study(study: FaultStudy, path: str | Path, margin_s: float = 600.0) -> None:
     """TTFT P90 and SLO attainment per minute of arrival, one line per system, faults shaded;
     shown from `margin_s` before the first fault to `margin_s` after the last one ends."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     df = study.per_minute
     if study.faults:
         lo = min(s for s, _, _ in study.faults) - margin_s
         hi = max(e for _, e, _ in study.faults) + margin_s
         df = df[(df["minute_start_s"] >= lo) & (df["minute_start_s"] <= hi)]
-    fig, (ax_t, ax_s) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    fig = Figure(figsize=(9, 6))
+    FigureCanvasAgg(fig)
+    ax_t, ax_s = fig.subplots(2, 1, sharex=True)
     for system, part in df.groupby("system", sort=False):
         minutes = part["minute_start_s"] / 60.0
         ax_t.plot(minutes, part["ttft_p90_s"], marker=".", label=system)
@@ -112,4 +114,3 @@ def plot_fault_study(study: FaultStudy, path: str | Path, margin_s: float = 600.
     ax_t.set_title("Requests arriving in each minute, through the faults")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)

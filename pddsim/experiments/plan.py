@@ -41,7 +41,7 @@ from pddsim.errors import InputError
 from pddsim.experiments.backends import Failed, Processes
 from pddsim.experiments.capacity import find_capacity, interval
 from pddsim.experiments.result_cache import ResultCache, workload_digest
-from pddsim.experiments.sweep import parse_axis
+from pddsim.experiments.sweep import parse_axis, point_label
 from pddsim.sim import load_workload
 from pddsim.system.deployment import check_fits
 from pddsim.workload.model import Workload
@@ -423,10 +423,6 @@ class _Search:
         return front
 
 
-def _label(values: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in values.items())
-
-
 def build_points(base_path: str | Path, axes: dict[str, list], overrides: Sequence[str] = ()) -> list[Point]:
     """Every point of the space, configured and priced; a point whose model does not fit its GPUs
     is infeasible (recorded, not run); a path the schema does not know is bad input."""
@@ -436,7 +432,7 @@ def build_points(base_path: str | Path, axes: dict[str, list], overrides: Sequen
         try:
             cfg = load_config(base_path, overrides, copy.deepcopy(values))
         except InputError as e:
-            raise InputError(f"point {n} ({_label(values)}): {e}") from None
+            raise InputError(f"point {n} ({point_label(values)}): {e}") from None
         try:
             check_fits(cfg)
             points.append(Point(n, values, cfg, cost_per_hour(cfg)))
@@ -543,7 +539,7 @@ def format_plan(result: Plan, limit: int = 20) -> str:
     if best is None:
         lines += ["", "no measured point meets the constraints"]
     else:
-        lines += ["", f"best: point {best['point']} ({_label(best['values'])}): "
+        lines += ["", f"best: point {best['point']} ({point_label(best['values'])}): "
                   f"capacity {_with_interval(best, 'capacity_rps', '{:.3f}')} rps, "
                   f"BCR {_with_interval(best, 'bcr_at_capacity', '{:.2f}')} req/$, "
                   f"${best['cost_per_hour']:.2f}/h"]
@@ -655,19 +651,19 @@ def prepare_out(out_dir: str | Path) -> Path:
 
 def write_outputs(result: Plan, out_dir: str | Path) -> None:
     """points.parquet, pareto.png and (with two axes) heatmap.png."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     out = prepare_out(out_dir)
     result.frame().to_parquet(out / "points.parquet", index=False)
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    plot_pareto(result, ax)
+    fig = Figure(figsize=(6, 4.5))
+    FigureCanvasAgg(fig)
+    plot_pareto(result, fig.subplots())
     fig.tight_layout()
     fig.savefig(out / "pareto.png", dpi=120)
-    plt.close(fig)
     if len(result.axes) >= 2:
-        fig, ax = plt.subplots(figsize=(7, 5))
-        plot_heatmap(result, ax)
+        fig = Figure(figsize=(7, 5))
+        FigureCanvasAgg(fig)
+        plot_heatmap(result, fig.subplots())
         fig.tight_layout()
         fig.savefig(out / "heatmap.png", dpi=120)
-        plt.close(fig)

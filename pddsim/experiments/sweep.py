@@ -60,7 +60,8 @@ def grid_points(grids: list[str]) -> list[dict[str, Any]]:
     return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
 
 
-def _label(point: dict[str, Any]) -> str:
+def point_label(point: dict[str, Any]) -> str:
+    """A point of a grid or plan as its errors name it: `key=value, ...`."""
     return ", ".join(f"{key}={value}" for key, value in point.items())
 
 
@@ -72,7 +73,7 @@ def _point_config(base_path, overrides, point: dict[str, Any], n: int) -> Config
         cfg = load_config(base_path, overrides, copy.deepcopy(point))
         check_fits(cfg)
     except InputError as e:
-        raise InputError(f"grid point {n} ({_label(point)}): {e}") from None
+        raise InputError(f"grid point {n} ({point_label(point)}): {e}") from None
     return cfg
 
 
@@ -86,13 +87,13 @@ def _run_point(shared: tuple[Workload | None, bool, int | None], cfg: Config) ->
 
 
 def sweep(base_path: str | Path, grids: list[str], overrides: Sequence[str] = (),
-          capacity: bool = False, jobs: int | None = None, seed: int | None = None,
+          capacity: bool = False, seed: int | None = None,
           on_progress: Callable[[int], None] | None = None, backend=None,
           cache: ResultCache | None = None) -> pd.DataFrame:
     """One row per grid point, in grid order: the grid keys' values, then the run's summary (with
     `capacity`, also `capacity_rps` and `bcr_at_capacity`); a point that failed for good has its
-    reason under `failed`. `backend` runs the points (default: `jobs` local processes, one per CPU;
-    1 runs in this process); `cache` keeps finished points and reuses them; `on_progress(1)` as
+    reason under `failed`. `backend` runs the points (default: local processes, one per CPU);
+    `cache` keeps finished points and reuses them; `on_progress(1)` as
     each point's row arrives.
 
     The workload is built once, from the base config, unless a grid key is under `workload`; so a
@@ -122,7 +123,7 @@ def sweep(base_path: str | Path, grids: list[str], overrides: Sequence[str] = ()
         if on_progress is not None:
             on_progress(1)
 
-    with Processes(jobs) if backend is None else nullcontext() as owned:
+    with Processes() if backend is None else nullcontext() as owned:
         results = (owned or backend).map(_run_point, [configs[i] for i in todo],
                                          (shared, capacity, seed), done)
     for i, value in zip(todo, results):

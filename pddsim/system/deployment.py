@@ -219,6 +219,7 @@ def build(env, cfg: Config, seed: int, tracer=None) -> Deployment:
                 multi = None if spec is None else MultiToken(
                     spec, perf, np.random.default_rng([seed, 8, sum(map(len, dep.members.values()))]))
                 inst = Instance(env, name, group.role, cname, perf=perf, multi_token=multi,
+                                prefill_side=group.role in ("prefill", "colocated"),
                                 kv_capacity_tokens=capacity,
                                 batching=group_batching(cfg, group, engine),
                                 cache=PrefixCache(cache_tokens) if cache_tokens else None,
@@ -227,7 +228,7 @@ def build(env, cfg: Config, seed: int, tracer=None) -> Deployment:
                                 scheduler=engine.scheduler, admission=engine.admission,
                                 reserve_share=engine.reserve_share)
                 if k < group.count:
-                    pool.append(inst)
+                    pool.add(inst)
                 else:
                     inst.crash()                # off: its engine loop starts when it does
                 built.append(inst)

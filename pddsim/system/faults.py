@@ -19,6 +19,7 @@ import numpy as np
 from pddsim.config import Faults, InstanceFault, LinkFault
 from pddsim.engine.request import Request
 from pddsim.system.deployment import Deployment
+from pddsim.system.stages import PREFILL_QUEUE
 
 STALLED = "stalled"              # could make no more progress (a line or pool that never came back)
 INSTANCE_FAILED = "instance_failed"     # its instance died more often than it may be re-dispatched
@@ -83,7 +84,7 @@ class FaultInjector:
         self.pipeline.abandon(req)
         self.retries += 1
         self.retried.add(req.idx)
-        again = self.in_flight[req.idx] = req.retried(self.env.now)
+        again = self.in_flight[req.idx] = req.retried(self.env.now, PREFILL_QUEUE)
         self.dispatch(again)
 
     # -- instances ----------------------------------------------------------------------------
@@ -153,7 +154,7 @@ class FaultInjector:
         if not pool:
             self.pool_empty_s[inst.role] += self.env.now - self._pool_empty_since[inst.role]
             self._pool_empty_since[inst.role] = None
-        pool.append(inst)
+        pool.add(inst)
         parked, self.parked = self.parked, []
         for req, resume in parked:
             if self.in_flight.get(req.idx) is req:

@@ -22,8 +22,7 @@ from pddsim.system.handoff import HANDOFFS
 from pddsim.system.paths import PATH_POLICIES
 from pddsim.system.pipelines import Disaggregated
 from pddsim.system.routes import Route
-
-RELAY_STAGES = ("relay_queue", "relay_decode")
+from pddsim.system.stages import DECODE_STAGES, RELAY_STAGES
 
 
 class PddRequestState:
@@ -200,7 +199,8 @@ class PDD(Disaggregated):
         self._md_drop(st)                       # the extend re-reserves prompt + tokens so far
         if final:                               # the MD takes the stream over: its request's stage
             job = Job(req, on_held=partial(self._extended, st), on_finished=self.finished,
-                      on_failed=self.failed)    # stays the handoff until its first token
+                      on_failed=self.failed,    # stays the handoff until its first token
+                      decode_stage=DECODE_STAGES[1])
             md.submit(job, prefill=max(n_ids, 1), decode=req.output_tokens - req.tokens_out,
                       context=context, hold=True)
             return

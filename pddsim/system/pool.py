@@ -24,15 +24,16 @@ from pddsim.engine.instance import Instance
 
 class Pool(list):
     """The instances of one role in service (a list, in order), with their `PoolIndex`. An
-    instance leaves with `remove` (it failed) and comes back with `append`, at its place."""
+    instance joins with `add`, at its place in the pool's order (not necessarily the end: one
+    coming back after a failure goes where it was), and leaves with `remove`."""
 
     def __init__(self, instances: Iterable[Instance] = ()):
         super().__init__()
         self.routing = PoolIndex()
         for inst in instances:
-            self.append(inst)
+            self.add(inst)
 
-    def append(self, inst: Instance) -> None:
+    def add(self, inst: Instance) -> None:
         pos, position = self.routing.join(inst), self.routing.position
         if not self or position(self[-1]) < pos:
             super().append(inst)

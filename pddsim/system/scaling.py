@@ -256,7 +256,7 @@ class Elastic:
         if self.faults is not None:
             self.faults.join_pool(inst)
         else:
-            self.dep.pools[inst.role].append(inst)
+            self.dep.pools[inst.role].add(inst)
 
     def _leave(self, inst: Instance) -> None:
         if self.faults is not None:
