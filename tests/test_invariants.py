@@ -5,7 +5,7 @@ import heapq
 import pytest
 
 from pddsim.config import bundled, load_config
-from pddsim.engine.invariants import CheckedEnvironment, Invariants
+from pddsim.engine.invariants import CheckedEnvironment, FlowLog, Invariants
 from pddsim.engine.network import Fabric, Link
 from pddsim.errors import InvariantError
 from pddsim.sim import load_workload, simulate
@@ -69,9 +69,9 @@ def test_kv_over_capacity_is_caught(make_config, make_workload, monkeypatch):
 
 
 def test_a_flow_over_its_cap_and_rates_over_capacity_are_caught():
-    env = CheckedEnvironment()
-    link = Link(env, "wan", 100.0, 0.0, flow_cap_Bps=60.0)
-    Invariants(env, [], [link])
+    env, log = CheckedEnvironment(), FlowLog()
+    link = Link(env, "wan", 100.0, 0.0, flow_cap_Bps=60.0, observer=log)
+    Invariants(env, [], [link], log)
     link.send(1000, lambda: None)
     env.run(until=1)
     link.flow_cap_Bps = 10.0                      # the rate it was given now exceeds the cap
@@ -86,11 +86,11 @@ def test_a_flow_over_its_cap_and_rates_over_capacity_are_caught():
 
 
 def test_a_fabric_port_over_its_capacity_is_caught():
-    env = CheckedEnvironment()
-    fabric = Fabric(env, "rdma:a", 0.0)
+    env, log = CheckedEnvironment(), FlowLog()
+    fabric = Fabric(env, "rdma:a", 0.0, observer=log)
     for name in ("p", "d"):
         fabric.attach(name, 100.0)
-    Invariants(env, [], [fabric])
+    Invariants(env, [], [fabric], log)
     fabric.send("p", "d", 1000, lambda: None)
     env.run(until=1)
     fabric.scale = 0.5                            # the rate it was given now exceeds the port
@@ -100,15 +100,25 @@ def test_a_fabric_port_over_its_capacity_is_caught():
 
 
 def test_a_link_carrying_other_than_its_flows_sent_is_caught():
-    env = CheckedEnvironment()
-    link = Link(env, "rdma:a", 100.0, 0.0)
-    checks = Invariants(env, [], [link])
+    env, log = CheckedEnvironment(), FlowLog()
+    link = Link(env, "rdma:a", 100.0, 0.0, observer=log)
+    checks = Invariants(env, [], [link], log)
     link.send(50, lambda: None)
     env.run()
     checks.at_end({})
     link.bytes_carried += 1
     with pytest.raises(InvariantError, match="carried 51.0 bytes, its flows sent 50.0"):
         checks.at_end({})
+
+
+def test_links_and_fabrics_tell_their_observer_of_every_flow_without_being_patched():
+    env, log = CheckedEnvironment(), FlowLog()
+    link, fabric = Link(env, "wan", 100.0, 0.0, observer=log), Fabric(env, "rdma:a", 0.0, observer=log)
+    fabric.attach("p", 100.0)
+    fabric.attach("d", 100.0)
+    flows = [link.send(50, lambda: None), link.send(0, lambda: None), fabric.send("p", "d", 10, lambda: None)]
+    assert log.flows == {"wan": flows[:2], "rdma:a": flows[2:]}
+    assert "send" not in vars(link) and "send" not in vars(fabric)
 
 
 def test_the_clock_going_back_is_caught():

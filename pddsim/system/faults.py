@@ -27,7 +27,8 @@ REASONS = (INSTANCE_FAILED, TRANSFER_TIMEOUT, STALLED)
 
 
 class FaultInjector:
-    """Runs the configured faults against a built deployment and its pipeline."""
+    """Runs the configured faults against a built deployment and its pipeline, which builds it
+    (see `Pipeline`); the faults begin with `start`."""
 
     def __init__(self, env, cfg: Faults, dep: Deployment, pipeline, rng: np.random.Generator,
                  in_flight: dict[int, Request]):
@@ -50,15 +51,17 @@ class FaultInjector:
         self._pool_empty_since: dict[str, float | None] = dict.fromkeys(dep.pools)
         self.pool_empty_s: Counter = Counter()
         self.parked: list[tuple[Request, Callable[[], None]]] = []   # waiting for a pool to have an instance
-        pipeline.faults = self
-        for ev in cfg.events:
+
+    def start(self) -> None:
+        """Start the configured faults' processes."""
+        for ev in self.cfg.events:
             if isinstance(ev, LinkFault):
-                env.process(self._link_fault(ev))
+                self.env.process(self._link_fault(ev))
             else:
-                env.process(self._instance_fault(ev))
-        for rf in cfg.random:
+                self.env.process(self._instance_fault(ev))
+        for rf in self.cfg.random:
             for inst in self.members[rf.role]:
-                env.process(self._random_failures(inst, rf, dep.daemons))
+                self.env.process(self._random_failures(inst, rf, self.dep.daemons))
 
     # -- requests -----------------------------------------------------------------------------
     def dispatch(self, req: Request) -> None:
