@@ -30,7 +30,7 @@ from pddsim.stationary import steady_summary
 from pddsim.system.deployment import Deployment, build, check_fits
 from pddsim.system.faults import STALLED, FaultInjector
 from pddsim.system.pdd import PDD
-from pddsim.system.pipelines import Colocated, Disaggregated, FaultsFactory
+from pddsim.system.pipelines import Colocated, Disaggregated, FaultsFactory, Pipeline
 from pddsim.system.routers import make_router
 from pddsim.system.scaling import Elastic
 from pddsim.timeline import Timeline
@@ -228,13 +228,17 @@ def run_through_faults(env, daemons, pipeline, replay: Replay,
 def simulate(cfg: Config, workload: Workload, seed: int | None = None,
              on_progress: Callable[[int], None] | None = None,
              check_invariants: bool = False,
-             stop_when: Callable[[Request], bool] | None = None) -> Result:
+             stop_when: Callable[[Request], bool] | None = None,
+             on_built: Callable[[simpy.Environment, Deployment, Pipeline], None] | None = None,
+             ) -> Result:
     """Run `workload` through the deployment `cfg` describes. `on_progress(n)` is told as each
     request ends (for a progress bar); it cannot change the run. `check_invariants` checks the
     engine's rules after every event (see `engine/invariants.py`): slower, same results.
     `stop_when(request)` is asked as each request ends: True stops the run there (a capacity
     search's run that can no longer pass); its Result covers the requests ended so far and its
-    summary says `stopped_early`. A run with faults is never stopped."""
+    summary says `stopped_early`. A run with faults is never stopped. `on_built(env, deployment,
+    pipeline)` is shown the run's live objects before the first request arrives (to look inside a
+    run, or add checks to a `CheckedEnvironment`'s, rather than patch the engine)."""
     wall0 = time.perf_counter()
     seed = cfg.seed if seed is None else seed
     env = CheckedEnvironment() if check_invariants else simpy.Environment()
@@ -285,6 +289,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         elastic = Elastic(env, cfg, pipeline.dep, pipeline, in_flight, faults)
         if sampler is not None:
             sampler.held = elastic.is_held
+    if on_built is not None:
+        on_built(env, dep, pipeline)
 
     # the serving front end holds each request this long (and a random extra) before the engine
     # sees it, after its turn in the serving process, which takes requests one at a time
