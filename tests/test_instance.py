@@ -1,5 +1,4 @@
 """The batching engine on hand-computable cases (iteration time = 0.01 s + 1e-5 s per token)."""
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -117,10 +116,11 @@ def test_kv_in_use_never_exceeds_the_pool_with_prefill_beside_decode(make_config
     assert (res.requests.tokens_out == res.requests.output_tokens).all()
 
 
-def test_iterations_in_flight_are_those_ended_by_now_exactly():
+def test_iterations_in_flight_are_those_ended_by_now_exactly(make_config):
     """What a router sees of a decode run under way: the iterations ended at or before now, the
     same count as over the exact prefix sums, now on a boundary, between two, or past the end."""
     rng = np.random.default_rng(5)
+    batching = make_config().batching.under(catalog.engine(DEFAULT_ENGINE))
     for _ in range(400):
         k = int(rng.integers(1, 120))
         run = LinearRun((rng.uniform(1e-3, 0.05), float(rng.choice([0.0, 1e-5]))),
@@ -129,10 +129,11 @@ def test_iterations_in_flight_are_those_ended_by_now_exactly():
         ends = [run.elapsed(m) for m in range(1, k + 1)]
         t0 = float(rng.choice([0.0, rng.uniform(0, 1e4)]))
         for t in [0.0, *rng.choice(ends, 3), *rng.uniform(0, run.total_s * 1.2, 3)]:
-            inst = SimpleNamespace(_run_in_flight=run, env=SimpleNamespace(now=t0 + t), _run_t0=t0,
-                                   _flight_at=-1.0, _flight_iters=0)
+            inst = Instance(simpy.Environment(initial_time=float(t0 + t)), "d", "decode", "a", perf=None,
+                            kv_capacity_tokens=10**6, batching=batching, cache=None)
+            inst._run_in_flight, inst._run_t0 = run, t0          # a run under way since t0
             ended = sum(1 for e in ends if e <= inst.env.now - t0)
-            assert Instance._iters_in_flight(inst) == ended
+            assert inst._iters_in_flight() == ended
 
 
 class _QuarterSecond:

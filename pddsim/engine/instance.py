@@ -163,7 +163,7 @@ class Instance:
         jobs so far hold nothing here any more (`release`)."""
         self._life += 1
         for event in (self._pending, self._cut_event):
-            if event is not None and event.callbacks:
+            if event is not None and not event.processed:
                 event.callbacks.clear()
         for flow in self._loads.values():
             assert self.host_load is not None
@@ -586,7 +586,8 @@ class Instance:
                 return None, None
             budget = self.token_budget - decoding
             chunks: list[tuple[Job, int]] = []
-            tokens, pairs, kv_read = (n, ctx, ctx) if decoding else (0, 0, 0)
+            tokens, kv_read = (n, ctx) if decoding else (0, 0)
+            pairs = float(ctx) if decoding else 0.0      # a chunk's attention pairs are fractional
             for job in self.prefilling:
                 if budget <= 0 or (chunks and not self.pack_chunks):
                     break
