@@ -26,12 +26,11 @@ INT_COLUMNS = ("request", "session", "input_tokens", "output_tokens", "tokens_ou
 
 class Recorder:
     """Collects one row per ended request. A row goes into a small row-major buffer in one call;
-    every `FLUSH_ROWS` rows the buffer is split into the per-column arrays, which `frame` can
+    every `flush_rows` rows the buffer is split into the per-column arrays, which `frame` can
     reorder one at a time."""
 
-    FLUSH_ROWS = 4096
-
-    def __init__(self):
+    def __init__(self, flush_rows: int = 4096):
+        self.flush_rows = flush_rows
         self.floats = {c: array("d") for c in FLOAT_COLUMNS}
         self.stage_values = array("d")     # per request: its E2E stages, then its TTFT stages
         self.ints = {c: array("q") for c in INT_COLUMNS}
@@ -63,7 +62,7 @@ class Recorder:
             req.relay_tokens, req.trace.follows))
         self.pipeline.append(self._pipelines.setdefault(req.pipeline, len(self._pipelines)))
         self.failure.append(self._failures.setdefault(req.failed or "", len(self._failures)))
-        if len(self._int_rows) >= self.FLUSH_ROWS * len(INT_COLUMNS):
+        if len(self._int_rows) >= self.flush_rows * len(INT_COLUMNS):
             self._flush()
 
     def _flush(self) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from math import nan
 from pathlib import Path
 from typing import Callable
@@ -19,7 +19,7 @@ import simpy
 
 from pddsim.config import MAX_SAMPLES, AgentSynthetic, Config
 from pddsim.cost import cost_per_hour, revenue_summary
-from pddsim.engine.invariants import CheckedEnvironment, Invariants
+from pddsim.engine.invariants import CheckedEnvironment, FlowLog, Invariants
 from pddsim.engine.request import Request
 from pddsim.errors import InputError, InvariantError
 from pddsim.metrics import Recorder, summarize
@@ -30,7 +30,7 @@ from pddsim.stationary import steady_summary
 from pddsim.system.deployment import Deployment, build, check_fits
 from pddsim.system.faults import STALLED, FaultInjector
 from pddsim.system.pdd import PDD
-from pddsim.system.pipelines import Colocated, Disaggregated
+from pddsim.system.pipelines import Colocated, Disaggregated, FaultsFactory, Pipeline
 from pddsim.system.routers import make_router
 from pddsim.system.scaling import Elastic
 from pddsim.system.stages import FRONTEND, PREFILL_QUEUE
@@ -122,13 +122,15 @@ class Result:
         write_provenance(self.provenance(), out / "provenance.json")
 
 
-def make_pipeline(env, cfg: Config, dep: Deployment, routers, on_end, seed: int, tracer=None):
-    """The pipeline the deployment's roles call for."""
+def make_pipeline(env, cfg: Config, dep: Deployment, routers, on_end, seed: int, tracer=None,
+                  faults: FaultsFactory | None = None):
+    """The pipeline the deployment's roles call for; `faults` builds its FaultInjector."""
     if "colocated" in dep.pools:
-        return Colocated(env, dep, routers, on_end, tracer)
+        return Colocated(env, dep, routers, on_end, tracer, faults)
     if "relay" in dep.pools:
-        return PDD(env, dep, routers, on_end, cfg.pdd, np.random.default_rng([seed, 4]), tracer)
-    return Disaggregated(env, dep, routers, on_end, tracer, cfg.policies.offload_above_tokens)
+        return PDD(env, dep, routers, on_end, cfg.pdd, np.random.default_rng([seed, 4]), tracer,
+                   faults)
+    return Disaggregated(env, dep, routers, on_end, tracer, cfg.policies.offload_above_tokens, faults)
 
 
 def load_workload(cfg: Config, source: Workload | None = None) -> Workload:
@@ -227,13 +229,17 @@ def run_through_faults(env, daemons, pipeline, replay: Replay,
 def simulate(cfg: Config, workload: Workload, seed: int | None = None,
              on_progress: Callable[[int], None] | None = None,
              check_invariants: bool = False,
-             stop_when: Callable[[Request], bool] | None = None) -> Result:
+             stop_when: Callable[[Request], bool] | None = None,
+             on_built: Callable[[simpy.Environment, Deployment, Pipeline], None] | None = None,
+             ) -> Result:
     """Run `workload` through the deployment `cfg` describes. `on_progress(n)` is told as each
     request ends (for a progress bar); it cannot change the run. `check_invariants` checks the
     engine's rules after every event (see `engine/invariants.py`): slower, same results.
     `stop_when(request)` is asked as each request ends: True stops the run there (a capacity
     search's run that can no longer pass); its Result covers the requests ended so far and its
-    summary says `stopped_early`. A run with faults is never stopped."""
+    summary says `stopped_early`. A run with faults is never stopped. `on_built(env, deployment,
+    pipeline)` is shown the run's live objects before the first request arrives (to look inside a
+    run, or add checks to a `CheckedEnvironment`'s, rather than patch the engine)."""
     wall0 = time.perf_counter()
     seed = cfg.seed if seed is None else seed
     env = CheckedEnvironment() if check_invariants else simpy.Environment()
@@ -262,23 +268,30 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         if stop_when is not None and not stopped.triggered and stop_when(req):
             stopped.succeed()
 
-    pipeline = make_pipeline(env, cfg, build(env, cfg, seed, timeline), routers, on_end, seed, timeline)
+    flow_log = FlowLog() if isinstance(env, CheckedEnvironment) else None
+    dep = build(env, cfg, seed, timeline, flow_log)
+    pipeline = make_pipeline(env, cfg, dep, routers, on_end, seed, timeline, None if cfg.faults is None else
+                             partial(FaultInjector, env, cfg.faults, dep,
+                                     rng=np.random.default_rng([seed, 5]), in_flight=in_flight))
+    faults = pipeline.faults
     reqs = workload.requests
-    all_instances = [i for members in pipeline.dep.members.values() for i in members]
-    if isinstance(env, CheckedEnvironment):
-        checks = Invariants(env, all_instances, pipeline.dep.links)
+    all_instances = [i for members in dep.members.values() for i in members]
     period_s = sample_period_s(cfg, workload)
-    sampler = Sampler(env, all_instances, pipeline.dep.links, period_s, pipeline.dep.daemons,
+    sampler = Sampler(env, all_instances, dep.links, period_s, dep.daemons,
                       timeline) if period_s > 0 else None
-    faults = None if cfg.faults is None else FaultInjector(
-        env, cfg.faults, pipeline.dep, pipeline, np.random.default_rng([seed, 5]), in_flight)
+    if faults is not None:
+        faults.start()
+    if isinstance(env, CheckedEnvironment):
+        assert flow_log is not None
+        checks = Invariants(env, all_instances, dep.links, flow_log,
+                            None if faults is None else faults.is_down)
     dispatch = pipeline.dispatch if faults is None else faults.dispatch
-    if checks is not None and faults is not None:
-        checks.is_down = faults.is_down
     if Elastic.needed(cfg):
         elastic = Elastic(env, cfg, pipeline.dep, pipeline, in_flight, faults)
         if sampler is not None:
             sampler.held = elastic.is_held
+    if on_built is not None:
+        on_built(env, dep, pipeline)
 
     # the serving front end holds each request this long (and a random extra) before the engine
     # sees it, after its turn in the serving process, which takes requests one at a time

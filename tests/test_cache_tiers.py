@@ -4,11 +4,9 @@ pays its load time. Linear performance table: iteration time = 0.01 s + 1e-5 s p
 import numpy as np
 import pytest
 
-import pddsim.sim
 from pddsim import catalog
 from pddsim.cli import main
 from pddsim.engine.instance import Instance
-from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.sim import simulate
 
 BLOCK = 16
@@ -24,48 +22,31 @@ def chain(first: int, tokens: int) -> list[int]:
     return list(range(first, first + tokens // BLOCK))
 
 
-@pytest.fixture
-def deployments(monkeypatch):
-    """The deployments the runs of a test build, to look inside their instances."""
+def watched(cfg, workload, check):
+    """Run with the engine's checks on and `check(deployment)` after every event as well; the
+    result and the deployment, to look inside its instances."""
     built = []
 
-    original = pddsim.sim.build
-
-    def build(*args, **kwargs):
-        built.append(original(*args, **kwargs))
-        return built[-1]
-
-    monkeypatch.setattr(pddsim.sim, "build", build)
-    return built
+    def on_built(env, dep, pipeline):
+        built.append(dep)
+        env.checks.append(lambda: check(dep))
+    return simulate(cfg, workload, check_invariants=True, on_built=on_built), built[0]
 
 
-@pytest.fixture
-def evicted(monkeypatch):
-    """Tokens each prefix cache evicted for room (`evict`), by cache."""
-    freed: dict[PrefixCache, int] = {}
-    evict = PrefixCache.evict
+class Evictions:
+    """Tokens the caches of a deployment gave up, as seen after every event (called with it then):
+    in a run without crashes only eviction shrinks a cache, so this counts at most what they
+    evicted."""
 
-    def counted(self, tokens):
-        got = evict(self, tokens)
-        freed[self] = freed.get(self, 0) + got
-        return got
+    def __init__(self) -> None:
+        self.last: dict = {}
+        self.tokens = 0
 
-    monkeypatch.setattr(PrefixCache, "evict", counted)
-    return freed
-
-
-@pytest.fixture
-def boundaries(monkeypatch):
-    """Every instance's memory at every iteration boundary: (instance, KV in use, capacity)."""
-    seen = []
-    complete = Instance._complete
-
-    def checked(self, *args):
-        complete(self, *args)
-        seen.append((self, physical_kv(self), self.capacity))
-
-    monkeypatch.setattr(Instance, "_complete", checked)
-    return seen
+    def __call__(self, dep) -> None:
+        for inst in (i for pool in dep.members.values() for i in pool if i.cache is not None):
+            was = self.last.get(inst.cache, inst.cache.used_tokens)
+            self.tokens += max(0, was - inst.cache.used_tokens)
+            self.last[inst.cache] = inst.cache.used_tokens
 
 
 def physical_kv(inst: Instance) -> int:
@@ -92,48 +73,58 @@ def agent_turns(n_sessions: int, turns: int, rng) -> list:
 
 @pytest.mark.parametrize("roles", [(("colocated", 2),), (("prefill", 1), ("decode", 2))])
 def test_memory_is_never_over_committed_with_caches_and_running_requests(make_config, make_workload,
-                                                                          roles, boundaries, deployments,
-                                                                          evicted):
+                                                                          roles):
     """Colocated, and PD with HBM caches on both sides (the decoders' DRC fed by every landed
     prompt)."""
     cfg = make_config(roles=roles, prefix_cache={"decode_tokens": None},
                  policies={"decode_router": "cache_affinity"},
                  batching={"memory_utilization": utilization_for(6000), "kv_block_tokens": BLOCK})
-    res = simulate(cfg, make_workload(*agent_turns(12, 6, np.random.default_rng(3))))
+    over, events, evictions = [], [], Evictions()
+
+    def memory(dep):
+        """Every instance's memory, from first principles, after every event."""
+        events.append(1)
+        evictions(dep)
+        over.extend((i.name, physical_kv(i), i.capacity) for pool in dep.members.values()
+                    for i in pool if physical_kv(i) > i.capacity)
+    res, dep = watched(cfg, make_workload(*agent_turns(12, 6, np.random.default_rng(3))), memory)
     df = res.requests
     assert (df.status == "completed").all() and (df.tokens_out == df.output_tokens).all()
     assert df.hit_tokens.sum() > 0
-    assert sum(evicted.values()) > 0                              # the pool was the limit
-    assert boundaries and all(used <= cap for _, used, cap in boundaries)
-    for pool in deployments[0].pools.values():                    # every pin and byte given back
+    assert evictions.tokens > 0                                   # the pool was the limit
+    assert len(events) > 100 and over == []
+    for pool in dep.pools.values():                    # every pin and byte given back
         for inst in pool:
             assert inst.held == 0 and inst.decode_context == 0 and inst._shared == 0
             assert inst.cache is None or inst.cache.pinned_tokens == 0
 
 
-def test_cached_blocks_are_evicted_before_a_decoder_is_preempted(make_config, make_workload,
-                                                                   monkeypatch, deployments, evicted):
+def test_cached_blocks_are_evicted_before_a_decoder_is_preempted(make_config, make_workload):
     """E's blocks are cached and unused, A's are pinned by B (its prefix): as B and C grow, E's
     go first, then a decoder is preempted, never B's pinned prefix."""
     cfg = make_config(roles=(("colocated", 1),),
                  batching={"memory_utilization": utilization_for(1000), "kv_block_tokens": BLOCK})
     a, b, e = chain(0, 320), chain(0, 320) + [100], chain(300, 160)
-    at_preemption = []
-    preempt = Instance._preempt_newest
+    at_preemption, last, evictions = [], {"preemptions": 0, "cache": None}, Evictions()
 
-    def record(self):
-        at_preemption.append((self.cache.evictable_tokens, self.cache.match(b)))
-        preempt(self)
-
-    monkeypatch.setattr(Instance, "_preempt_newest", record)
-    res = simulate(cfg, make_workload((0.0, 320, 2, a, BLOCK), (0.0, 160, 2, e, BLOCK),
-                                 (1.0, 336, 400, b, BLOCK), (1.0, 320, 400, chain(200, 320), BLOCK)))
+    def record(dep):
+        """The cache as the run came to each event that preempted a decoder (a decode run takes
+        the room it grows into, evicting, when it is planned: at the end of an earlier event)."""
+        evictions(dep)
+        inst = dep.pools["colocated"][0]
+        if inst.preemptions > last["preemptions"]:
+            at_preemption.append(last["cache"])
+        last.update(preemptions=inst.preemptions,
+                    cache=(inst.cache.evictable_tokens, inst.cache.match(b)))
+    res, dep = watched(cfg, make_workload((0.0, 320, 2, a, BLOCK), (0.0, 160, 2, e, BLOCK),
+                                          (1.0, 336, 400, b, BLOCK), (1.0, 320, 400, chain(200, 320), BLOCK)),
+                       record)
     df = res.requests
     assert (df.tokens_out == df.output_tokens).all()
     assert df.hit_tokens.iloc[2] == 320
     assert at_preemption and all(evictable == 0 for evictable, _ in at_preemption)
     assert at_preemption[0][1] == len(b)            # B's blocks, pinned, still resident
-    assert evicted[deployments[0].pools["colocated"][0].cache] >= 160
+    assert evictions.tokens >= 160
 
 
 def test_an_hbm_cache_yields_its_room_to_requests(make_config, make_workload):

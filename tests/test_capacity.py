@@ -5,6 +5,7 @@ from collections import Counter
 import pytest
 
 from pddsim.config import bundled, load_config
+from pddsim.experiments import capacity
 from pddsim.experiments.capacity import distinguishable, find_capacity, load_knob
 from pddsim.sim import load_workload, simulate
 from pddsim.workload.horizon import resample, sessions_of
@@ -123,13 +124,16 @@ def test_a_window_flagged_as_drifting_still_passes_on_its_slo(make_config, monke
     """The trend test flags chance drifts at light loads: the search judges a run on its
     window's SLO share, so a flag alone does not fail a load (the capacity is the same as with
     the flag never raised), and the run at capacity reports its flag."""
-    import pddsim.sim
     cfg = horizon_config(make_config, 0.5, roles=(("colocated", 1),), per_token=1e-4)
     w = load_workload(cfg)
     honest = find_capacity(cfg, w)
-    real = pddsim.sim.steady_summary
-    monkeypatch.setattr(pddsim.sim, "steady_summary",
-                        lambda df: {**real(df), "steady_stationary": False})
+    real = capacity.simulate
+
+    def flagged_run(*args, **kwargs):
+        res = real(*args, **kwargs)
+        res.summary["steady_stationary"] = False
+        return res
+    monkeypatch.setattr(capacity, "simulate", flagged_run)
     flagged = find_capacity(cfg, w)
     assert flagged.loads == honest.loads and flagged.capacity_rps == honest.capacity_rps
     assert flagged.summary()["capacity_stationary"] is False
@@ -163,7 +167,6 @@ def test_the_cli_says_never_stationary_rather_than_that_the_slo_held(make_config
     import yaml
 
     from pddsim.cli import main
-    from pddsim.experiments import capacity
     real = capacity.find_capacity
     monkeypatch.setattr(capacity, "find_capacity", lambda *a, **kw: real(*a, **kw, max_doublings=1))
     cfg = horizon_config(make_config, 4.0, 120, roles=(("colocated", 1),), per_token=1e-3)

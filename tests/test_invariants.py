@@ -5,10 +5,11 @@ import heapq
 import pytest
 
 from pddsim.config import bundled, load_config
-from pddsim.engine.invariants import CheckedEnvironment, Invariants
+from pddsim.engine.invariants import CheckedEnvironment, FlowLog, Invariants
 from pddsim.engine.network import Fabric, Link
 from pddsim.errors import InvariantError
 from pddsim.sim import load_workload, simulate
+from pddsim.system.deployment import build
 
 SCENARIOS = ["colocated.yaml", "same_dc_pd.yaml", "cross_dc_pd.yaml", "pdd.yaml",
              "paper/same_dc_pd.yaml", "paper/cross_dc_pd.yaml", "paper/pdd.yaml",
@@ -41,37 +42,45 @@ def test_bundled_scenarios_keep_every_rule_and_checking_changes_nothing(name):
 PD = (("prefill", 1), ("decode", 1))
 
 
-def test_a_completed_request_short_of_tokens_is_caught(make_config, make_workload, monkeypatch):
+def test_a_completed_request_short_of_tokens_is_caught():
     from pddsim.engine.request import Request
-    emit_run = Request.emit_run
-    monkeypatch.setattr(Request, "emit_run", lambda self, now, n, gap: emit_run(self, now, n - 1, gap))
-    with pytest.raises(InvariantError, match="completed with"):
-        simulate(make_config(roles=PD), make_workload((0.0, 1000, 50)), check_invariants=True)
+    from pddsim.workload.model import TraceRequest
+    checks = Invariants(CheckedEnvironment(), [], [], FlowLog())
+    req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=1000, output_tokens=50), 0.0)
+    req.emit_run(0.1, 49, 0.01)                  # one token short, then the request completes
+    with pytest.raises(InvariantError, match="request 0 completed with 49 of 50 output tokens"):
+        checks.request_ended(req)
 
 
-def test_kv_never_given_back_is_caught(make_config, make_workload, monkeypatch):
-    from pddsim.engine.instance import Instance
-    monkeypatch.setattr(Instance, "release", lambda self, req: None)   # the P keeps shipped KV
-    with pytest.raises(InvariantError, match=r"prefill0 at the end: 10\d\d KV tokens in use"):
-        simulate(make_config(roles=PD), make_workload((0.0, 1000, 50)), check_invariants=True)
+def checked_deployment(cfg):
+    """A built deployment of `cfg` under the checks, nothing run on it yet."""
+    env, log = CheckedEnvironment(), FlowLog()
+    dep = build(env, cfg, seed=0, observer=log)
+    instances = [i for members in dep.members.values() for i in members]
+    return env, dep, Invariants(env, instances, dep.links, log)
 
 
-def test_kv_over_capacity_is_caught(make_config, make_workload, monkeypatch):
-    from pddsim.system.pipelines import Disaggregated
-    done = Disaggregated.prefill_done
+def test_kv_never_given_back_is_caught(make_config):
+    env, dep, checks = checked_deployment(make_config(roles=PD))
+    checks.at_end({})
+    dep.pools["prefill"][0].held += 1000          # KV the P kept after its request left
+    with pytest.raises(InvariantError, match=r"prefill0 at the end: 1000 KV tokens in use"):
+        checks.at_end({})
 
-    def shrink_then_ship(self, job):
-        job.inst.capacity = 512                   # memory shrinks under the prompt it holds
-        done(self, job)
-    monkeypatch.setattr(Disaggregated, "prefill_done", shrink_then_ship)
-    with pytest.raises(InvariantError, match=r"prefill0 at .* KV pool use 10\d\d tokens"):
-        simulate(make_config(roles=PD), make_workload((0.0, 1000, 50)), check_invariants=True)
+
+def test_kv_over_capacity_is_caught(make_config):
+    env, dep, checks = checked_deployment(make_config(roles=PD))
+    p = dep.pools["prefill"][0]
+    p.held, p.capacity = 1000, 512                # memory shrinks under the prompt it holds
+    with pytest.raises(InvariantError, match=r"prefill0 at 0 s: KV pool use 1000 tokens \(held 1000\) "
+                                             r"outside \[0, 512\]"):      # at the first event
+        env.run()
 
 
 def test_a_flow_over_its_cap_and_rates_over_capacity_are_caught():
-    env = CheckedEnvironment()
-    link = Link(env, "wan", 100.0, 0.0, flow_cap_Bps=60.0)
-    Invariants(env, [], [link])
+    env, log = CheckedEnvironment(), FlowLog()
+    link = Link(env, "wan", 100.0, 0.0, flow_cap_Bps=60.0, observer=log)
+    Invariants(env, [], [link], log)
     link.send(1000, lambda: None)
     env.run(until=1)
     link.flow_cap_Bps = 10.0                      # the rate it was given now exceeds the cap
@@ -86,11 +95,11 @@ def test_a_flow_over_its_cap_and_rates_over_capacity_are_caught():
 
 
 def test_a_fabric_port_over_its_capacity_is_caught():
-    env = CheckedEnvironment()
-    fabric = Fabric(env, "rdma:a", 0.0)
+    env, log = CheckedEnvironment(), FlowLog()
+    fabric = Fabric(env, "rdma:a", 0.0, observer=log)
     for name in ("p", "d"):
         fabric.attach(name, 100.0)
-    Invariants(env, [], [fabric])
+    Invariants(env, [], [fabric], log)
     fabric.send("p", "d", 1000, lambda: None)
     env.run(until=1)
     fabric.scale = 0.5                            # the rate it was given now exceeds the port
@@ -100,15 +109,24 @@ def test_a_fabric_port_over_its_capacity_is_caught():
 
 
 def test_a_link_carrying_other_than_its_flows_sent_is_caught():
-    env = CheckedEnvironment()
-    link = Link(env, "rdma:a", 100.0, 0.0)
-    checks = Invariants(env, [], [link])
+    env, log = CheckedEnvironment(), FlowLog()
+    link = Link(env, "rdma:a", 100.0, 0.0, observer=log)
+    checks = Invariants(env, [], [link], log)
     link.send(50, lambda: None)
     env.run()
     checks.at_end({})
     link.bytes_carried += 1
     with pytest.raises(InvariantError, match="carried 51.0 bytes, its flows sent 50.0"):
         checks.at_end({})
+
+
+def test_links_and_fabrics_tell_their_observer_of_every_flow():
+    env, log = CheckedEnvironment(), FlowLog()
+    link, fabric = Link(env, "wan", 100.0, 0.0, observer=log), Fabric(env, "rdma:a", 0.0, observer=log)
+    fabric.attach("p", 100.0)
+    fabric.attach("d", 100.0)
+    flows = [link.send(50, lambda: None), link.send(0, lambda: None), fabric.send("p", "d", 10, lambda: None)]
+    assert log.flows == {"wan": flows[:2], "rdma:a": flows[2:]}
 
 
 def test_the_clock_going_back_is_caught():

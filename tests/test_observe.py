@@ -151,11 +151,12 @@ def test_out_writes_every_table(tmp_path, fmt, capsys):
             "windows.parquet", "sessions.parquet", "summary.json"} <= names
 
 
-def test_the_sampler_never_keeps_a_stuck_run_alive(make_config, make_workload, monkeypatch):
-    """A run whose requests can never progress (here: decoders never admit anything) ends with an
-    error instead of ticking on forever because of the sampler."""
-    from pddsim.engine.instance import Instance
-    monkeypatch.setattr(Instance, "_admit", lambda self: None)
+def test_the_sampler_never_keeps_a_stuck_run_alive(make_config, make_workload):
+    """A run whose requests can never progress (here: its one instance dead from the start, with
+    no faults configured to bring it back) ends with an error instead of ticking on forever
+    because of the sampler."""
+    def kill(env, dep, pipeline):
+        dep.members["colocated"][0].crash()
     cfg = make_config(roles=(("colocated", 1),), observe={"sample_s": 0.5})
     with pytest.raises(RuntimeError, match="No scheduled events"):
-        simulate(cfg, make_workload((0.0, 100, 5)))
+        simulate(cfg, make_workload((0.0, 100, 5)), on_built=kill)

@@ -157,16 +157,17 @@ def test_a_catch_up_part_the_md_cannot_hold_never_ends_the_request(make_config, 
     assert first.pipeline == "p_rld" and first.relay_tokens == 1000 and first.handoffs == 0
 
 
-def test_a_request_ending_twice_stops_the_run(make_config, make_workload, monkeypatch):
+def test_a_request_ending_twice_stops_the_run(make_config, make_workload):
+    from pddsim.engine.request import Request
     from pddsim.errors import InvariantError
-    from pddsim.system.pipelines import Pipeline
+    w = make_workload((0.0, 1000, 10), (1.0, 1000, 10))
 
-    def finished_twice(self, job):
-        self._end(job.req)
-        self._end(job.req)
-    monkeypatch.setattr(Pipeline, "finished", finished_twice)
+    def end_again(env, dep, pipeline):
+        """Request 0 ends once more at 0.9 s, after it completed."""
+        env.timeout(0.9).callbacks.append(lambda _e: pipeline.on_end(Request(0, w.requests[0], 0.0)))
+    assert simulate(pdd(make_config), w).requests.finish_s.iloc[0] < 0.9
     with pytest.raises(InvariantError, match="request 0 ended twice"):
-        simulate(pdd(make_config), make_workload((0.0, 1000, 10), (1.0, 1000, 10)))
+        simulate(pdd(make_config), w, on_built=end_again)
 
 
 def test_a_request_ending_at_its_final_handoff_boundary_ended_on_the_relay(make_config, make_workload):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import pytest
 
 from pddsim.sim import simulate
-from pddsim.system.pipelines import Pipeline
 
 PDD_ROLES = (("prefill", 1), ("relay", 1), ("decode", 1))
 DELTA_SENT, DELTA_LANDS = 2.2394, 2.2494
@@ -51,22 +50,28 @@ def transfers(res, what: str) -> list[tuple[float, float]]:
     return sorted(out)
 
 
+class Leftovers(list):
+    """One entry per piece of ended requests' work (each lets go of what it held before its run
+    ends): the rises of the pipeline's count of them, seen after every event of the runs given
+    `watch` as their `on_built`."""
+
+    def watch(self, env, dep, pipeline):
+        last = [0]
+
+        def count():
+            self.extend([1] * max(pipeline.leftovers - last[0], 0))
+            last[0] = pipeline.leftovers
+        env.checks.append(count)
+
+
 @pytest.fixture
-def leftovers(monkeypatch):
-    """How many pieces of ended requests' work let go of what they held."""
-    done = []
-    real = Pipeline.leftover_done
-
-    def counted(self):
-        done.append(1)
-        real(self)
-    monkeypatch.setattr(Pipeline, "leftover_done", counted)
-    return done
+def leftovers():
+    return Leftovers()
 
 
-def run(cfg, make_workload, *reqs, check=True):
+def run(cfg, make_workload, *reqs, check=True, on_built=None):
     return simulate(cfg, make_workload(*(reqs or ((0.0, 8192, 2000),))), seed=0,
-                    check_invariants=check)
+                    check_invariants=check, on_built=on_built)
 
 
 def test_the_timings_the_scenarios_rely_on(make_config, make_workload):
@@ -88,7 +93,8 @@ def test_ids_stalled_for_good_after_the_request_ended_are_let_go_at_the_end(
         make_config, make_workload, leftovers):
     """The WAN drops between the delta and the first catch-up part and never returns: the part's
     IDs stall; the RLD finishes the request; the run ends with the IDs cancelled."""
-    res = run(catch_up(make_config, {"events": [wan_down(2.25)]}), make_workload)
+    res = run(catch_up(make_config, {"events": [wan_down(2.25)]}), make_workload,
+              on_built=leftovers.watch)
     r = res.requests.iloc[0]
     assert r.status == "completed" and r.pipeline == "p_rld" and r.relay_tokens == 2000
     assert r.handoffs == 0 and r.tokens_out == 2000
@@ -99,7 +105,8 @@ def test_ids_stalled_for_good_after_the_request_ended_are_let_go_at_the_end(
 def test_ids_landing_after_the_request_ended_drain(make_config, make_workload, leftovers):
     """The line returns after the RLD finished: the IDs land for an ended request, the MD does
     nothing with them, and the run waits for them before it ends."""
-    res = run(catch_up(make_config, {"events": [wan_down(2.25, 40.0)]}), make_workload)
+    res = run(catch_up(make_config, {"events": [wan_down(2.25, 40.0)]}), make_workload,
+              on_built=leftovers.watch)
     r = res.requests.iloc[0]
     assert r.status == "completed" and r.pipeline == "p_rld" and r.finish_s < 21
     assert leftovers == [1]
@@ -119,7 +126,8 @@ def test_requests_ending_in_every_phase_of_a_catch_up_part_leave_nothing_behind(
     phases = set()
     for out in range(200, 240):
         before = len(leftovers)
-        res = run(catch_up(make_config, rtt_ms=60), make_workload, (0.0, 8192, out))
+        res = run(catch_up(make_config, rtt_ms=60), make_workload, (0.0, 8192, out),
+                  on_built=leftovers.watch)
         r = res.requests.iloc[0]
         assert r.status == "completed" and r.tokens_out == out, out
         assert r.pipeline in ("p_rld", "p_rld_md"), out
@@ -151,7 +159,7 @@ def test_an_md_lost_during_catch_up_leaves_the_rld_to_finish(make_config, make_w
 
 def test_an_md_lost_while_a_stalled_part_waits_cancels_its_ids(make_config, make_workload, leftovers):
     res = run(catch_up(make_config, {"events": [wan_down(2.25), down("b/decode0", 10.0)]}),
-              make_workload)
+              make_workload, on_built=leftovers.watch)
     r = res.requests.iloc[0]
     assert r.status == "completed" and r.pipeline == "p_rld" and r.relay_tokens == 2000
     assert leftovers == []                  # lost with its MD before the request ended
@@ -160,7 +168,7 @@ def test_an_md_lost_while_a_stalled_part_waits_cancels_its_ids(make_config, make
 def test_an_md_lost_after_the_request_ended_takes_its_leftover_with_it(
         make_config, make_workload, leftovers):
     res = run(catch_up(make_config, {"events": [wan_down(2.25), down("b/decode0", 25.0)]}),
-              make_workload)
+              make_workload, on_built=leftovers.watch)
     r = res.requests.iloc[0]
     assert r.status == "completed" and r.finish_s < 21
     assert leftovers == [1]

@@ -4,7 +4,6 @@ then least KV load, then the first), whatever the queues, decode runs and caches
 moment; the caches' hooks keep the block index equal to what they hold."""
 import random
 
-import pytest
 import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,36 +15,41 @@ from pddsim.engine.request import Request
 from pddsim.sim import simulate
 from pddsim.system import routers
 from pddsim.system.deployment import build
-from pddsim.system.pool import Pool, PoolIndex
+from pddsim.system.pool import Pool
 from pddsim.system.stages import PREFILL_QUEUE
 from pddsim.workload.model import TraceRequest, Workload
 
 
-def checked(policy):
-    """`policy`, asserting that each pick through the index is the scan's."""
-    class Checked(policy):
-        picks = {"index": 0, "holders": 0}
+class Checked:
+    """A router of `policy` that picks through a `Pool`'s index whatever the pool's size, asserting
+    each pick is the one a scan of the pool's list makes; `picks` counts them."""
 
-        def pick(self, instances, req):
-            fast = super().pick(instances, req)
-            assert isinstance(instances, Pool)
-            scan = super().pick(list(instances), req)
-            assert fast is scan, (req.idx, fast.name, scan.name)
-            Checked.picks["index"] += 1
-            if req.hash_ids and instances.routing.holders(req.hash_ids[0]):
-                Checked.picks["holders"] += 1
-            return fast
-    return Checked
+    def __init__(self, policy, picks: dict):
+        self.router = policy(scan_up_to=0)
+        self.picks = picks
+
+    def pick(self, instances, req):
+        fast = self.router.pick(instances, req)
+        assert isinstance(instances, Pool)
+        scan = self.router.pick(list(instances), req)   # a list has no index: scanned
+        assert fast is scan, (req.idx, fast.name, scan.name)
+        self.picks["index"] += 1
+        if req.hash_ids and instances.routing.holders(req.hash_ids[0]):
+            self.picks["holders"] += 1
+        return fast
 
 
 def run_checked(cfg, workload, seed=0):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(routers, "SCAN_UP_TO", 0)            # every pool through its index
-        policies = {name: checked(routers.ROUTERS[name]) for name in ("cache_affinity", "least_loaded")}
-        for name, policy in policies.items():
-            mp.setitem(routers.ROUTERS, name, policy)
-        simulate(cfg, workload, seed=seed)
-    return {name: policy.picks for name, policy in policies.items()}
+    """Run with each pool's router checked (`Checked`); the picks per policy."""
+    picks = {name: {"index": 0, "holders": 0} for name in ("cache_affinity", "least_loaded")}
+
+    def check_routers(env, dep, pipeline):
+        for pool in pipeline.routers:
+            name = getattr(cfg.policies, f"{pool}_router")
+            if name in picks:
+                pipeline.routers[pool] = Checked(routers.ROUTERS[name], picks[name])
+    simulate(cfg, workload, seed=seed, on_built=check_routers)
+    return picks
 
 
 ROUTER = st.sampled_from(("cache_affinity", "least_loaded"))
@@ -114,14 +118,13 @@ def test_sessions_on_a_large_pool_pick_as_the_scan_does_and_use_the_block_index(
     assert picks["cache_affinity"]["holders"] > 300     # both pools, most turns after the first
 
 
-def test_an_instance_that_left_is_not_picked_until_it_is_back_at_its_place(make_config, monkeypatch):
-    monkeypatch.setattr(routers, "SCAN_UP_TO", 0)
+def test_an_instance_that_left_is_not_picked_until_it_is_back_at_its_place(make_config):
     cfg = make_config(roles=(("prefill", 3), ("decode", 1)))
     pool = build(simpy.Environment(), cfg, seed=0).pools["prefill"]
     first = pool[0]
     req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=200, output_tokens=1, hash_ids=(7, 8),
                                   block_tokens=100), 0.0, PREFILL_QUEUE)
-    affinity, least = routers.CacheAffinity(), routers.LeastLoaded()
+    affinity, least = routers.CacheAffinity(scan_up_to=0), routers.LeastLoaded(scan_up_to=0)
     assert least.pick(pool, req) is first               # all idle: the first
     pool.remove(first)
     assert least.pick(pool, req) is pool[0]
@@ -187,11 +190,12 @@ def test_the_block_map_built_late_is_what_the_members_in_service_hold(make_confi
     assert pool.routing.holders(chains[0][0]) == {1}
 
 
-def test_pools_small_enough_to_scan_keep_no_block_map(make_config, monkeypatch):
-    indexed = []
-    monkeypatch.setattr(PoolIndex, "_index_cache", lambda self, inst, pos: indexed.append(inst))
+def test_pools_small_enough_to_scan_keep_no_block_map(make_config):
+    built = []
     cfg = make_config(roles=(("prefill", 3), ("decode", 2)))
     w = Workload([TraceRequest(arrival_s=0.1 * i, input_tokens=300, output_tokens=4,
                                hash_ids=(i % 3, 10 + i), block_tokens=200) for i in range(30)])
-    assert simulate(cfg, w).summary["requests_completed"] == 30
-    assert indexed == []
+    res = simulate(cfg, w, on_built=lambda env, dep, pipeline: built.append(dep))
+    assert res.summary["requests_completed"] == 30 and res.summary["prefix_hit_rate"] > 0
+    caches = [i.cache for pool in built[0].pools.values() for i in pool if i.cache is not None]
+    assert caches and all(c.on_added is None and c.on_removed is None for c in caches)   # no hooks

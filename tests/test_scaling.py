@@ -56,16 +56,14 @@ def _same(a, b):
 
 # ---- today's pools --------------------------------------------------------------------------
 
-def test_a_fixed_policy_builds_no_controller(tmp_path, monkeypatch):
+def test_a_fixed_policy_builds_no_controller(tmp_path):
     """Fixed (the default) starts no process and keeps no record: a run pays nothing for it."""
     cfg = config(tmp_path, roles=PD_ROLES)
     w = _poisson(60)
     plain = simulate(cfg, w)
-
-    def refuse(*_a, **_k):
-        raise AssertionError("a fixed policy built the elastic pools")
-    monkeypatch.setattr(scaling.Elastic, "__init__", refuse)
-    explicit = simulate(_scaled(cfg, a_0={"policy": "fixed"}, a_1={"policy": "fixed", "max": 1}), w)
+    fixed = _scaled(cfg, a_0={"policy": "fixed"}, a_1={"policy": "fixed", "max": 1})
+    assert not scaling.Elastic.needed(fixed)         # the run builds no elastic pools
+    explicit = simulate(fixed, w)
     _same(plain, explicit)
     assert "gpu_hours_decode" not in explicit.summary
 

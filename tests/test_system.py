@@ -52,16 +52,23 @@ def test_every_request_ends_exactly_once(make_config, replay):
     assert (df.finish_s >= df.arrival_s).all()
 
 
-def test_records_do_not_depend_on_when_the_row_buffer_is_flushed(make_config, monkeypatch):
+def test_records_do_not_depend_on_when_the_row_buffer_is_flushed(make_config):
     """Rows are buffered and split into columns in batches: batches of 7 rows (with a partial
-    last one) give the frame one batch gives."""
+    last one) give the frame one batch gives, the run's own."""
     cfg = make_config(roles=(("prefill", 2), ("decode", 2)),
                       workload={"trace": "x", "replay": "closed", "session_start": "poisson",
                                 "session_rate_rps": 2.0})
     w = sessions_workload()
-    whole = simulate(cfg, w).requests
-    monkeypatch.setattr(Recorder, "FLUSH_ROWS", 7)
-    assert len(w) % 7 and simulate(cfg, w).requests.equals(whole)
+    ended = []
+    whole = simulate(cfg, w, stop_when=lambda req: ended.append(req) or False).requests
+    frames = []
+    for flush_rows in (7, len(w)):
+        recorder = Recorder(flush_rows)
+        for req in ended:
+            recorder.record(req)
+        frames.append(recorder.frame(cfg.slo))
+    assert len(w) % 7 and len(ended) == len(w)
+    assert frames[0].equals(whole) and frames[1].equals(whole)
 
 
 def test_a_prompt_the_decode_cache_holds_whole_still_reaches_decode(make_config):

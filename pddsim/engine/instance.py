@@ -209,7 +209,7 @@ class Instance:
         jobs so far hold nothing here any more (`release`)."""
         self._life += 1
         for event in (self._pending, self._cut_event):
-            if event is not None and event.callbacks:
+            if event is not None and not event.processed:
                 event.callbacks.clear()
         for flow in self._loads.values():
             assert self.host_load is not None
@@ -603,9 +603,11 @@ class Instance:
             if decoding and self._free_tokens(grows) < grows:
                 self._preempt_newest()
                 return None
-            tokens, pairs, kv_read = (n, ctx, ctx) if decoding else (0, 0, 0)
+            tokens, kv_read = (n, ctx) if decoding else (0, 0)
+            pairs = float(ctx) if decoding else 0.0      # a chunk's attention pairs are fractional
             if decoding and spec is not None:     # each decoder verifies k+1 tokens
-                tokens, pairs = spec.verify(n, ctx)
+                tokens, verified = spec.verify(n, ctx)
+                pairs = float(verified)
             budget = self.token_budget - tokens
             chunks: list[tuple[Job, int]] = []
             decode_pairs, samples = pairs, tokens

@@ -1,15 +1,18 @@
 """Opt-in checks of the rules every run must keep (`simulate(..., check_invariants=True)`,
 `pddsim run --check-invariants`). A broken rule raises `InvariantError` at the event that broke it.
 
-Off, none of this runs: the plain SimPy environment is used and no hook is installed, so a normal
-run pays nothing. On, every event is followed by a scan of every instance and link, which makes a
-run several times slower: it is meant for tests and for a scenario that looks wrong.
+Off, none of this runs: the plain SimPy environment is used and the links have no observer, so a
+normal run pays nothing. On, every event is followed by a scan of every instance and link, which
+makes a run several times slower: it is meant for tests and for a scenario that looks wrong.
+Nothing here patches a live object: the links are built with a `FlowLog` as their observer.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import simpy
 
-from pddsim.engine.network import Fabric
+from pddsim.engine.network import Fabric, Flow, Link
 from pddsim.errors import InvariantError
 
 REL = 1e-9     # float slack for byte and rate sums
@@ -31,29 +34,31 @@ class CheckedEnvironment(simpy.Environment):
             check()
 
 
-class Invariants:
-    """The rules, checked over a built deployment's `instances` and `links` in `env`."""
+class FlowLog:
+    """Every flow started on the links it observes (given to them at construction), per link."""
 
-    def __init__(self, env: CheckedEnvironment, instances: list, links: list):
+    def __init__(self) -> None:
+        self.flows: dict[str, list[Flow]] = {}
+
+    def flow_started(self, link: Link | Fabric, flow: Flow) -> None:
+        self.flows.setdefault(link.name, []).append(flow)
+
+
+class Invariants:
+    """The rules, checked over a built deployment's `instances` and `links` in `env`; `flows` is
+    the log its links were built with; `is_down(instance)`, with faults, whether it is down now."""
+
+    def __init__(self, env: CheckedEnvironment, instances: list, links: list, flows: FlowLog,
+                 is_down: Callable[[object], bool] | None = None):
         self.env = env
         self.instances = instances
         self.links = links
-        self.flows: dict[str, list] = {link.name: [] for link in links}
-        self.is_down = lambda inst: False    # faults: whether an instance is down now
-        for link in links:
-            self._track_flows(link)
+        self.flows = flows
+        self.is_down = is_down
         env.checks.append(self.after_event)
 
-    def _track_flows(self, link) -> None:
-        send, flows = link.send, self.flows[link.name]
-
-        def tracked_send(*args, **kwargs):
-            flow = send(*args, **kwargs)
-            flows.append(flow)
-            return flow
-        link.send = tracked_send
-
     def after_event(self) -> None:
+        is_down = self.is_down
         for inst in self.instances:
             # the pool's distinct tokens: a cached block that several requests' KV counts (a
             # shared prefix) takes room once, so requests' KV summed may exceed the pool
@@ -64,7 +69,8 @@ class Invariants:
             if not inst.kv_load_floor <= inst.kv_load <= inst.kv_load_ceiling:   # routers rely on it
                 raise InvariantError(f"{inst.name} at {self.env.now} s: KV load {inst.kv_load} outside "
                                      f"its bounds [{inst.kv_load_floor}, {inst.kv_load_ceiling}]")
-            if self.is_down(inst) and (used or inst.waiting or inst.prefilling or inst.inbound_tokens):
+            if is_down is not None and is_down(inst) and \
+                    (used or inst.waiting or inst.prefilling or inst.inbound_tokens):
                 raise InvariantError(f"{inst.name} at {self.env.now} s is down but holds work: "
                                      f"{used} KV tokens, {len(inst.waiting)} waiting, "
                                      f"{len(inst.prefilling)} prefilling, {inst.inbound_tokens} inbound")
@@ -106,7 +112,7 @@ class Invariants:
                 raise InvariantError(f"{inst.name} at the end: {inst.kv_in_use} KV tokens in use, "
                                      f"{len(inst.waiting)} waiting, {len(inst.prefilling)} prefilling")
         for link in self.links:
-            flows = self.flows[link.name]
+            flows = self.flows.flows.get(link.name, [])
             unfinished = sum(not f.done for f in flows)
             if unfinished:
                 raise InvariantError(f"{link.name} at the end: {unfinished} flow(s) still in flight")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from math import inf
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -33,13 +33,21 @@ class Flow:
         self.done = False
 
 
+class FlowObserver(Protocol):
+    """Told of every flow a link or fabric starts (engine/invariants.py checks what they carried).
+    Given at construction; without one a `send` pays one None check."""
+
+    def flow_started(self, link: Link | Fabric, flow: Flow) -> None: ...
+
+
 class Link:
     """A shared link with bandwidth (bytes/s), one-way latency (s), optional per-flow cap."""
 
     def __init__(self, env, name: str, bandwidth_Bps: float, latency_s: float,
-                 flow_cap_Bps: float | None = None):
+                 flow_cap_Bps: float | None = None, observer: FlowObserver | None = None):
         self.env = env
         self.name = name
+        self.observer = observer
         self.bandwidth_Bps = bandwidth_Bps
         self.capacity_Bps = bandwidth_Bps    # what background load and faults leave for our flows
         self.scale = 1.0                     # the share of the line in service (faults)
@@ -63,6 +71,8 @@ class Link:
         self._advance()
         flow = Flow(float(nbytes), self._mark, on_delivered)
         self.flows_started += 1
+        if self.observer is not None:
+            self.observer.flow_started(self, flow)
         if nbytes <= 0:
             flow.done = True
             deliver_later(self.env, self.latency_s, flow)
@@ -106,9 +116,10 @@ class Link:
         self.capacity_Bps = self._left_Bps * scale
         self._reschedule()
 
-    def expected_transfer_s(self, nbytes: float, *, nominal: bool = True) -> float:
-        """The time `nbytes` would take at the share a new flow would get now: at the line rate
-        (what a router knows) or, with nominal=False, at what other traffic leaves (an oracle)."""
+    def expected_transfer_s(self, nbytes, *, nominal: bool = True):
+        """The time `nbytes` (a number, or an array of them) would take at the share a new flow
+        would get now: at the line rate (what a router knows) or, with nominal=False, at what
+        other traffic leaves (an oracle)."""
         share = (self.bandwidth_Bps if nominal else self.capacity_Bps) / (self._active + 1)
         if self.flow_cap_Bps is not None:
             share = min(share, self.flow_cap_Bps)
@@ -205,9 +216,11 @@ class Fabric:
     flows are taken in the same order). So a start or an end re-allocates only the group of the
     ports it touches: without a core, a few flows however large the cluster."""
 
-    def __init__(self, env, name: str, latency_s: float, core_Bps: float | None = None):
+    def __init__(self, env, name: str, latency_s: float, core_Bps: float | None = None,
+                 observer: FlowObserver | None = None):
         self.env = env
         self.name = name
+        self.observer = observer
         self.latency_s = latency_s
         self.core = None if core_Bps is None else Port(f"{name}/core", core_Bps)
         self.scale = 1.0                     # the share of every capacity in service (faults)
@@ -247,6 +260,8 @@ class Fabric:
         self._seq += 1
         flow = FabricFlow(float(nbytes), path, on_delivered, self._seq)
         self.flows_started += 1
+        if self.observer is not None:
+            self.observer.flow_started(self, flow)
         if nbytes <= 0:
             flow.done = True
             deliver_later(self.env, self.latency_s, flow)

@@ -14,7 +14,7 @@ from pddsim.config import Config, InstanceGroup, LinkConfig, RdmaConfig
 from pddsim.engine.daemons import Daemons
 from pddsim.engine.instance import Instance
 from pddsim.engine.multi_token import MultiToken
-from pddsim.engine.network import Fabric, FabricFlow, Flow, Link, background_load
+from pddsim.engine.network import Fabric, FabricFlow, Flow, FlowObserver, Link, background_load
 from pddsim.engine.perf import PERF_MODELS
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.errors import InputError
@@ -145,9 +145,9 @@ def cache_size(cfg: Config, model: catalog.ModelSpec, cluster, group, kv_tokens:
 
 
 def make_link(env, name: str, lc: LinkConfig, rng: np.random.Generator,
-              daemons: Daemons | None = None) -> Link:
+              daemons: Daemons | None = None, observer: FlowObserver | None = None) -> Link:
     link = Link(env, name, lc.bandwidth_gbps * GBIT, lc.rtt_ms / 2e3,
-                None if lc.flow_cap_gbps is None else lc.flow_cap_gbps * GBIT)
+                None if lc.flow_cap_gbps is None else lc.flow_cap_gbps * GBIT, observer)
     if lc.background is not None:
         b = lc.background
         env.process(background_load(env, link, mean=b.mean, std=b.std, period_s=b.period_s,
@@ -163,13 +163,13 @@ def node_Bps(rdma: RdmaConfig, gpu: catalog.GpuSpec) -> float:
 
 
 def make_fabric(env, name: str, rdma: RdmaConfig, gpu: catalog.GpuSpec,
-                instances: list[tuple[Instance, int]]) -> Fabric:
+                instances: list[tuple[Instance, int]], observer: FlowObserver | None = None) -> Fabric:
     """A fabric joining `instances` (each with its tp): an instance's KV leaves through the NICs
     of its own GPUs; an oversubscribed core carries their total divided by the ratio."""
     per_gpu = node_Bps(rdma, gpu) / rdma.gpus_per_node
     total = sum(tp for _, tp in instances) * per_gpu
     fabric = Fabric(env, name, rdma.rtt_ms / 2e3,
-                    None if rdma.oversubscription == 1 else total / rdma.oversubscription)
+                    None if rdma.oversubscription == 1 else total / rdma.oversubscription, observer)
     for inst, tp in instances:
         fabric.attach(inst, tp * per_gpu)
     return fabric
@@ -191,9 +191,10 @@ def startup_s(model: catalog.ModelSpec, group: InstanceGroup, gpus_per_node: int
     return st.init_s + load_s
 
 
-def build(env, cfg: Config, seed: int, tracer=None) -> Deployment:
+def build(env, cfg: Config, seed: int, tracer=None, observer: FlowObserver | None = None) -> Deployment:
     """The deployment `cfg` describes in `env`; `tracer`: a timeline its instances tell of every
-    segment, when one is kept."""
+    segment, when one is kept; `observer`: told of every flow on its fabrics and WAN, when one is
+    kept (invariant checks)."""
     model = cfg.served_model()
     dep = Deployment(model=model, daemons=Daemons(env))
     for cname, cluster in cfg.clusters.items():
@@ -236,9 +237,10 @@ def build(env, cfg: Config, seed: int, tracer=None) -> Deployment:
                 members.append((inst, group.gpus))
             dep.groups.append(Group(cname, where, group, instances,
                                     startup_s(model, group, cluster.rdma.gpus_per_node)))
-        dep.rdma[cname] = make_fabric(env, f"rdma:{cname}", cluster.rdma, gpu, members)
+        dep.rdma[cname] = make_fabric(env, f"rdma:{cname}", cluster.rdma, gpu, members, observer)
     if cfg.wan is not None and len(cfg.clusters) == 2:
-        dep.wan = make_link(env, "wan", cfg.wan, np.random.default_rng([seed, 2]), dep.daemons)
+        dep.wan = make_link(env, "wan", cfg.wan, np.random.default_rng([seed, 2]), dep.daemons,
+                            observer)
     return dep
 
 

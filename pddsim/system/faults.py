@@ -11,8 +11,8 @@ Without `faults` in the config nothing here exists, so a run without faults pays
 """
 from __future__ import annotations
 
-from collections import Counter
-from typing import Callable
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from pddsim.engine.request import Request
 from pddsim.system.deployment import Deployment
 from pddsim.system.stages import PREFILL_QUEUE
 
+if TYPE_CHECKING:
+    from pddsim.system.scaling import Elastic
+
 STALLED = "stalled"              # could make no more progress (a line or pool that never came back)
 INSTANCE_FAILED = "instance_failed"     # its instance died more often than it may be re-dispatched
 TRANSFER_TIMEOUT = "transfer_timeout"   # its KV stalled past the timeout more often than that
@@ -28,7 +31,8 @@ REASONS = (INSTANCE_FAILED, TRANSFER_TIMEOUT, STALLED)
 
 
 class FaultInjector:
-    """Runs the configured faults against a built deployment and its pipeline."""
+    """Runs the configured faults against a built deployment and its pipeline, which builds it
+    (see `Pipeline`); the faults begin with `start`."""
 
     def __init__(self, env, cfg: Faults, dep: Deployment, pipeline, rng: np.random.Generator,
                  in_flight: dict[int, Request]):
@@ -41,25 +45,27 @@ class FaultInjector:
         self.links = {link.name: link for link in dep.links}
         self._link_factors: dict[str, list[float]] = {name: [] for name in self.links}
         self._link_down_since: dict[str, float | None] = {name: None for name in self.links}
-        self.link_down_s: Counter = Counter()
+        self.link_down_s: defaultdict[str, float] = defaultdict(float)
         self.retries = 0                 # re-dispatches, all requests together
         self.retried: set[int] = set()   # requests re-dispatched at least once
         self.members = dep.members       # every instance built, in service or not
-        self.elastic = None              # the run's Elastic pools, when a group scales
+        self.elastic: Elastic | None = None     # the run's Elastic pools, when a group scales
         self.entry = "colocated" if "colocated" in dep.pools else "prefill"
         self._down: Counter = Counter()            # faults holding each instance down
         self._pool_empty_since: dict[str, float | None] = dict.fromkeys(dep.pools)
-        self.pool_empty_s: Counter = Counter()
+        self.pool_empty_s: defaultdict[str, float] = defaultdict(float)
         self.parked: list[tuple[Request, Callable[[], None]]] = []   # waiting for a pool to have an instance
-        pipeline.faults = self
-        for ev in cfg.events:
+
+    def start(self) -> None:
+        """Start the configured faults' processes."""
+        for ev in self.cfg.events:
             if isinstance(ev, LinkFault):
-                env.process(self._link_fault(ev))
+                self.env.process(self._link_fault(ev))
             else:
-                env.process(self._instance_fault(ev))
-        for rf in cfg.random:
+                self.env.process(self._instance_fault(ev))
+        for rf in self.cfg.random:
             for inst in self.members[rf.role]:
-                env.process(self._random_failures(inst, rf, dep.daemons))
+                self.env.process(self._random_failures(inst, rf, self.dep.daemons))
 
     # -- requests -----------------------------------------------------------------------------
     def dispatch(self, req: Request) -> None:

@@ -56,8 +56,8 @@ class PddRequestState:
 
 
 class PDD(Disaggregated):
-    def __init__(self, env, dep, routers, on_end, cfg, rng, tracer=None):
-        super().__init__(env, dep, routers, on_end, tracer)
+    def __init__(self, env, dep, routers, on_end, cfg, rng, tracer=None, faults=None):
+        super().__init__(env, dep, routers, on_end, tracer, faults=faults)
         self.cfg = cfg
         self.paths = PATH_POLICIES[cfg.path_policy](cfg, rng)
         self.handoff = HANDOFFS[cfg.handoff](cfg)

@@ -13,15 +13,19 @@ from pddsim.engine.job import Job
 from pddsim.engine.network import Flow
 from pddsim.engine.request import Request
 from pddsim.system.deployment import Deployment
-from pddsim.system.faults import TRANSFER_TIMEOUT
+from pddsim.system.faults import TRANSFER_TIMEOUT, FaultInjector
 from pddsim.system.routes import Route
 from pddsim.system.stages import DECODE_STAGES, ENTRY_STAGES
+
+# builds a run's FaultInjector for the pipeline it acts on (the pipeline is built with it)
+FaultsFactory = Callable[["Pipeline"], FaultInjector]
 
 
 class Pipeline:
     def __init__(self, env, dep: Deployment, routers: dict, on_end: Callable[[Request], None],
-                 tracer=None):
-        """`tracer`: a timeline told of every transfer, when one is kept."""
+                 tracer=None, faults: FaultsFactory | None = None):
+        """`tracer`: a timeline told of every transfer, when one is kept; `faults`: builds the
+        run's FaultInjector, when faults are configured."""
         self.env = env
         self.dep = dep
         self.routers = routers
@@ -29,7 +33,7 @@ class Pipeline:
         self.tracer = tracer
         self.leftovers = 0                   # work of ended requests still running (it drains)
         self._drained: simpy.Event | None = None
-        self.faults = None                   # the run's FaultInjector, when faults are configured
+        self.faults = None if faults is None else faults(self)
 
     def leftover_done(self) -> None:
         """One piece of an ended request's work has let go of what it held."""
@@ -59,8 +63,10 @@ class Pipeline:
                 on_arrival()
             flow = self.dep.send(src, dst, nbytes, arrived)
         if self.faults is not None and self.faults.cfg.transfer_timeout_s is not None:
-            self.env.timeout(self.faults.cfg.transfer_timeout_s).callbacks.append(
-                lambda _e: flow.done or req.finish_s is not None or self.transfer_stalled(req, flow))
+            def timed_out(_e) -> None:
+                if not flow.done and req.finish_s is None:
+                    self.transfer_stalled(req, flow)
+            self.env.timeout(self.faults.cfg.transfer_timeout_s).callbacks.append(timed_out)
         return flow
 
     def dispatch(self, req: Request) -> None:
@@ -155,8 +161,9 @@ class Disaggregated(Pipeline):
     of a side is down, the other side takes its prompts."""
 
     def __init__(self, env, dep: Deployment, routers: dict, on_end: Callable[[Request], None],
-                 tracer=None, offload_above_tokens: int | None = None):
-        super().__init__(env, dep, routers, on_end, tracer)
+                 tracer=None, offload_above_tokens: int | None = None,
+                 faults: FaultsFactory | None = None):
+        super().__init__(env, dep, routers, on_end, tracer, faults)
         self.offload_above_tokens = offload_above_tokens
         self._shipping: dict[Request, Shipment] = {}
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from itertools import count
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Protocol, Sequence, TypeVar
 
 from pddsim.engine.instance import Instance
 from pddsim.engine.request import Request
@@ -17,9 +17,9 @@ class Router(Protocol):
 SCAN_UP_TO = 16   # pools this small are scanned: cheaper than asking their index
 
 
-def _index(instances: Sequence[Instance]):
-    """The pool's index when it pays to ask it (a `Pool` larger than SCAN_UP_TO), else None."""
-    return getattr(instances, "routing", None) if len(instances) > SCAN_UP_TO else None
+def _index(instances: Sequence[Instance], scan_up_to: int):
+    """The pool's index when it pays to ask it (a `Pool` larger than `scan_up_to`), else None."""
+    return getattr(instances, "routing", None) if len(instances) > scan_up_to else None
 
 
 class CacheAffinity:
@@ -30,16 +30,20 @@ class CacheAffinity:
 
     In a large `Pool`, only the instances whose cache holds the request's first block can be credited
     a hit: they are weighed one by one, the rest through the pool's index, where the least loaded
-    of them is the best (a scan when most of the pool holds the block)."""
+    of them is the best (a scan when most of the pool holds the block). `scan_up_to`: pools this
+    small are scanned (0: every `Pool` through its index)."""
+
+    def __init__(self, scan_up_to: int = SCAN_UP_TO):
+        self.scan_up_to = scan_up_to
 
     def pick(self, instances, req):
         if not req.hash_ids:                  # no prefix to credit anywhere: the same order
-            return least_queued(instances)
+            return least_queued(instances, self.scan_up_to)
 
         def work(i):
             return i.queued_tokens + req.input_tokens - i.cached_tokens(req)
 
-        index = _index(instances)
+        index = _index(instances, self.scan_up_to)
         if index is None:
             return least_loaded(instances, work)
         holders = index.holders(req.hash_ids[0])
@@ -51,15 +55,20 @@ class CacheAffinity:
 
 
 class LeastLoaded:
-    """Least queued work, then least KV in use (in a large `Pool`, from its index)."""
+    """Least queued work, then least KV in use (in a `Pool` larger than `scan_up_to`, from its
+    index)."""
+
+    def __init__(self, scan_up_to: int = SCAN_UP_TO):
+        self.scan_up_to = scan_up_to
 
     def pick(self, instances, req):
-        return least_queued(instances)
+        return least_queued(instances, self.scan_up_to)
 
 
-def least_queued(instances: Sequence[Instance]) -> Instance:
-    """Least queued work, then least KV load, then the first (from a large `Pool`'s index)."""
-    index = _index(instances)
+def least_queued(instances: Sequence[Instance], scan_up_to: int) -> Instance:
+    """Least queued work, then least KV load, then the first (from the index of a `Pool` larger
+    than `scan_up_to`)."""
+    index = _index(instances, scan_up_to)
     if index is None:
         return least_loaded(instances, _queued)
     best = index.least()
@@ -71,7 +80,21 @@ def _queued(inst: Instance) -> int:
     return inst.queued_tokens
 
 
-def least_loaded(instances: Sequence[Instance], work: Callable[[Instance], int]) -> Instance:
+class Loaded(Protocol):
+    """What `least_loaded` reads of an instance, besides its work."""
+
+    @property
+    def kv_load(self) -> int: ...
+    @property
+    def kv_load_floor(self) -> int: ...
+    @property
+    def kv_load_ceiling(self) -> int: ...
+
+
+L = TypeVar("L", bound=Loaded)
+
+
+def least_loaded(instances: Sequence[L], work: Callable[[L], int]) -> L:
     """The first instance with the least `work`, ties broken by the least KV load: the same pick
     as `min` over (work, kv_load) pairs, but the load (a search in a decode run under way) is
     only computed for instances tied on work whose load bounds do not already decide."""
