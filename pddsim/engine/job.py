@@ -44,14 +44,16 @@ class Job:
                  streams: bool = True, queue_stage: str | None = None,
                  decode_stage: str | None = None):
         """`queue_stage`: the stage its request enters while the job waits for admission,
-        `decode_stage` the one it enters while the job decodes (None: it stays where it is)."""
+        `decode_stage` the one it enters while the job decodes (None: it stays where it is; a
+        job that does not stream names neither)."""
+        assert streams or queue_stage is decode_stage is None, "only a streaming job moves stages"
         self.req = req
         self.hash_ids = req.hash_ids
         self.block_tokens = req.block_tokens
         self.input_tokens = req.input_tokens
         self.streams = streams
-        self.queue_stage = queue_stage if streams else None
-        self.decode_stage = decode_stage if streams else None
+        self.queue_stage = queue_stage
+        self.decode_stage = decode_stage
         self.on_held = on_held
         self.on_finished = on_finished
         self.on_failed = on_failed
