@@ -70,10 +70,8 @@ class Pipeline:
             ) -> Job:
         """A job streaming `req` (its queue and decode stages), whose end is the request's."""
         if on_held is None:
-            return Job(req, on_finished=self.finished, on_failed=self.failed, queue_stage=stages[0],
-                       decode_stage=stages[1])
-        return Job(req, on_finished=self.finished, on_failed=self.failed, on_held=on_held,
-                   queue_stage=stages[0], decode_stage=stages[1])
+            return Job(req, self.failed, self.finished, stages[0], stages[1])
+        return Job(req, self.failed, self.finished, stages[0], stages[1], on_held)
 
     def finished(self, job: Job) -> None:
         self._end(job.req)
