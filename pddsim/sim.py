@@ -301,14 +301,16 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     jitter = np.random.default_rng([seed, 6])
     serving_free_at = 0.0
 
+    # passed positionally below: a class called with keywords gathers them into a dict first
+    keep_log = timeline is not None
+
     def issue(idx: int) -> None:
         nonlocal serving_free_at
         if not frontend_s and not jitter_s and not serial_s:
-            req = in_flight[idx] = Request(idx, reqs[idx], env.now, PREFILL_QUEUE,
-                                           log=timeline is not None)
+            req = in_flight[idx] = Request(idx, reqs[idx], env.now, PREFILL_QUEUE, keep_log)
             dispatch(req)
             return
-        req = in_flight[idx] = Request(idx, reqs[idx], env.now, FRONTEND, log=timeline is not None)
+        req = in_flight[idx] = Request(idx, reqs[idx], env.now, FRONTEND, keep_log)
         serving_free_at = max(env.now, serving_free_at) + serial_s
         delay = serving_free_at - env.now + frontend_s + (jitter.exponential(jitter_s) if jitter_s else 0.0)
         env.timeout(delay).callbacks.append(lambda _e: dispatch(req))

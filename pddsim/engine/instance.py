@@ -656,12 +656,12 @@ class Instance:
     def _complete(self, seg: Segment) -> None:
         """Account a finished segment."""
         now = self.env.now
-        chunks, run, k, t0, elapsed = seg.chunks, seg.run, seg.k, seg.t0, seg.seconds
+        chunks, k, elapsed = seg.chunks, seg.k, seg.seconds
         n = len(self._decoders)
         iters = self.iters
         made = k * n if self._spec is None else self._spec.grown(iters, k)   # decode tokens
         if self.tracer is not None:
-            self.tracer.batch(self, t0, now, made + sum(c for _, c in chunks), n + len(chunks), k)
+            self.tracer.batch(self, seg.t0, now, made + sum(c for _, c in chunks), n + len(chunks), k)
         self.busy_s += elapsed
         if n and not k:                         # a prefill-only iteration: the decoders paused
             self._stall_s += elapsed
@@ -673,13 +673,14 @@ class Instance:
             if used > self.kv_peak:
                 self.kv_peak = used
             # the gap before the segment's first token, and its longest
+            run = seg.run
             first_s, longest_s = (elapsed, elapsed) if run is None else (run.first_s, run.longest(k))
             if self._stall_s:                   # the pause lengthens the gap before this token
                 longest_s = max(longest_s, self._stall_s + first_s)
                 self._stall_s = 0.0
             self._push_segment(longest_s)
             if self._joined:
-                first = t0 + first_s
+                first = seg.t0 + first_s
                 for job in self._joined:
                     if job.inst is self and job.decoding:   # not preempted before it ran
                         job.req.mark_stream_resumed(first)

@@ -39,19 +39,22 @@ class Job:
         "reserved", "needs_lookup", "uses_cache", "hold", "inst", "life", "decoding",
     )
 
-    def __init__(self, req: Request, *, on_failed: Callable[[Job, str], None],
-                 on_finished: Callable[[Job], None] = _never, on_held: Callable[[Job], None] = _never,
-                 streams: bool = True, queue_stage: str | None = None,
-                 decode_stage: str | None = None):
+    def __init__(self, req: Request, on_failed: Callable[[Job, str], None],
+                 on_finished: Callable[[Job], None] = _never, queue_stage: str | None = None,
+                 decode_stage: str | None = None, on_held: Callable[[Job], None] = _never,
+                 streams: bool = True):
         """`queue_stage`: the stage its request enters while the job waits for admission,
-        `decode_stage` the one it enters while the job decodes (None: it stays where it is)."""
+        `decode_stage` the one it enters while the job decodes (None: it stays where it is; a
+        job that does not stream names neither). Pipelines make one per request positionally:
+        a class called with keywords gathers them into a dict first."""
+        assert streams or queue_stage is decode_stage is None, "only a streaming job moves stages"
         self.req = req
         self.hash_ids = req.hash_ids
         self.block_tokens = req.block_tokens
         self.input_tokens = req.input_tokens
         self.streams = streams
-        self.queue_stage = queue_stage if streams else None
-        self.decode_stage = decode_stage if streams else None
+        self.queue_stage = queue_stage
+        self.decode_stage = decode_stage
         self.on_held = on_held
         self.on_finished = on_finished
         self.on_failed = on_failed

@@ -56,6 +56,10 @@ class PddRequestState:
 
 
 class PDD(Disaggregated):
+    # a PDD request's route is decided once its prefill is done (`prefill_done`); one that
+    # fails before then has none
+    route_at_arrival = ""
+
     def __init__(self, env, dep, routers, on_end, cfg, rng, tracer=None, faults=None):
         super().__init__(env, dep, routers, on_end, tracer, faults=faults)
         self.cfg = cfg
@@ -63,10 +67,6 @@ class PDD(Disaggregated):
         self.handoff = HANDOFFS[cfg.handoff](cfg)
         self._states: dict[Request, PddRequestState] = {}      # requests past their prefill
         self._leftovers: dict[PddRequestState, None] = {}   # ended requests' work on an MD
-
-    def stamp(self, req: Request) -> None:
-        """A PDD request's route is decided once its prefill is done (`prefill_done`); one that
-        fails before then has none."""
 
     @property
     def wan(self) -> Link:

@@ -76,10 +76,8 @@ class Pipeline:
             ) -> Job:
         """A job streaming `req` (its queue and decode stages), whose end is the request's."""
         if on_held is None:
-            return Job(req, on_finished=self.finished, on_failed=self.failed, queue_stage=stages[0],
-                       decode_stage=stages[1])
-        return Job(req, on_finished=self.finished, on_failed=self.failed, on_held=on_held,
-                   queue_stage=stages[0], decode_stage=stages[1])
+            return Job(req, self.failed, self.finished, stages[0], stages[1])
+        return Job(req, self.failed, self.finished, stages[0], stages[1], on_held)
 
     def finished(self, job: Job) -> None:
         self._end(job.req)
@@ -167,24 +165,26 @@ class Disaggregated(Pipeline):
         self.offload_above_tokens = offload_above_tokens
         self._shipping: dict[Request, Shipment] = {}
 
-    def prefill_pool(self, req: Request) -> list:
-        pool = self.dep.pools["prefill"]
-        if self.offload_above_tokens is None:
-            return pool
+    # PD has one route, decided as a request arrives ("": none until the system decides it)
+    route_at_arrival: str = Route.P_D
+
+    def offload_side(self, req: Request, pool: list[Instance]) -> list[Instance]:
+        """The prefill instances of the prompt's side under selective offload (all when that
+        side has none up)."""
+        assert self.offload_above_tokens is not None
         local = {d.cluster for d in self.dep.pools["decode"]}
         remote = req.input_tokens > self.offload_above_tokens
         side = [p for p in pool if (p.cluster not in local) == remote]
         return side or pool
 
     def dispatch(self, req: Request) -> None:
-        self.stamp(req)
-        inst = self.routers["prefill"].pick(self.prefill_pool(req), req)
+        req.pipeline = self.route_at_arrival
+        pool: list[Instance] = self.dep.pools["prefill"]
+        if self.offload_above_tokens is not None:
+            pool = self.offload_side(req, pool)
+        inst = self.routers["prefill"].pick(pool, req)
         inst.submit(self.job(req, ENTRY_STAGES, on_held=self.prefill_done), prefill=req.input_tokens,
                     decode=0, context=0, use_cache=True, hold=True)
-
-    def stamp(self, req: Request) -> None:
-        """PD has one route, decided as the request arrives."""
-        req.pipeline = Route.P_D
 
     def prefill_done(self, job: Job) -> None:
         req, p = job.req, job.inst
