@@ -323,8 +323,10 @@ def cmd_map(args) -> int:
     from pddsim.experiments.pdd_map import format_map, parse_factor, pdd_map, plot_map
     x, y = parse_factor(args.x, "--x"), parse_factor(args.y, "--y")
     baseline, pdd = args.baseline or paper.PAPER_CONFIGS[0], args.pdd or paper.PAPER_CONFIGS[2]
-    with _progress(None, args.quiet) as bar:
-        rows = pdd_map(baseline, pdd, x, y, args.set or [], seed=args.seed, on_progress=bar.update)
+    with _backend(args) as backend, _progress(None, args.quiet) as bar:
+        bar.unit = "search"
+        rows = pdd_map(baseline, pdd, x, y, args.set or [], seed=args.seed, backend=backend,
+                       cache=_cache(args), on_progress=bar.update)
     if args.plot:
         plot_map(rows, x[0], y[0], args.plot)
     print(_json(rows) if args.json else format_map(rows, x[0], y[0]))
@@ -681,12 +683,14 @@ def parser() -> Parser:
                         "grid of two factors, with the break-even line")
     for flag in ("--x", "--y"):
         mp.add_argument(flag, required=True, metavar="FACTOR=V1,V2,...",
-                        help="a factor and its values (gpu_b_premium, output_mean, tpot_slo_s, "
-                        "max_batch, kv_dtype, wan_gbps, long_prob, context_mean)")
+                        help="a factor and its values (gpu_b_premium, gpu_a_hbm_gb, model, "
+                        "kv_bytes_per_token, output_mean, tpot_slo_s, max_batch, kv_dtype, "
+                        "wan_gbps, long_prob, context_mean)")
     mp.add_argument("--baseline", metavar="CONFIG", help="default: the paper's same-DC PD")
     mp.add_argument("--pdd", metavar="CONFIG", help="default: the paper's PDD")
     mp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override on both systems")
     mp.add_argument("--seed", type=int, help="override the configs' seed")
+    _add_backend_args(mp)
     mp.add_argument("--plot", metavar="FILE.png", help="draw both maps with their break-even lines")
     mp.add_argument("--json", action="store_true", help="one JSON row per grid point")
     mp.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -1,5 +1,5 @@
 """Backends: results in item order, a failing call retried, one failing for good recorded with its
-reason; a real local Ray cluster gives the same plan and sweep as local processes."""
+reason; a real local Ray cluster gives the same plan, sweep and map as local processes."""
 import os
 import subprocess
 import sys
@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_pdd_map import two_systems
 from test_plan import D, P, small_config
 
 from pddsim.experiments.backends import Failed, Processes
+from pddsim.experiments.pdd_map import pdd_map
 from pddsim.experiments.plan import plan
 from pddsim.experiments.sweep import sweep
 
@@ -73,6 +75,13 @@ def test_ray_gives_the_same_plan_and_sweep(ray_backend, tmp_path):
     assert plan(path, vary, budget=90, seed=0, backend=ray_backend).to_json() == expected.to_json()
     pd.testing.assert_frame_equal(sweep(path, [f"{D}=1,2"], backend=ray_backend), table,
                                   check_exact=True)
+
+
+def test_ray_gives_the_same_map(ray_backend, tmp_path, make_config):
+    grid = (*two_systems(tmp_path, make_config), ("gpu_b_premium", [0, 1]), ("wan_gbps", [5, 10]))
+    with Processes(2) as local:
+        expected = pdd_map(*grid, backend=local)
+    assert pdd_map(*grid, backend=ray_backend) == expected
 
 
 def test_ray_retries_and_records_failures(ray_backend, tmp_path):

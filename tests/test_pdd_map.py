@@ -1,14 +1,20 @@
-"""Where PDD wins: the two-factor map of PDD's capacity and BCR over a baseline's, and the
-assumption under PDD's prefill pool (a P keeps a prompt's KV until its WAN copy has left)."""
+"""Where PDD wins: the two-factor map of PDD's capacity and BCR over a baseline's, its hardware and
+model factors (catalog edits whose KV pool follows), its searches run in parallel or from a cache
+with the same map, and the assumption under PDD's prefill pool (a P keeps a prompt's KV until its
+WAN copy has left)."""
 import json
 
 import pytest
 import yaml
 from test_capacity import KNOBS
 
+from pddsim import catalog
 from pddsim.cli import main
-from pddsim.experiments.pdd_map import FACTORS, pdd_map, plot_map
+from pddsim.experiments import pdd_map as map_module
+from pddsim.experiments.backends import Processes
+from pddsim.experiments.pdd_map import FACTORS, pdd_map, plot_map, point_config
 from pddsim.sim import simulate
+from pddsim.system.deployment import kv_capacity_tokens
 
 WORKLOAD = {"replay": "closed", "horizon_s": 300, "session_rate_rps": 0.3,
             "synthetic": {"kind": "agent", "knobs": {**KNOBS, "output_mean": 40}}}
@@ -23,9 +29,26 @@ def write(tmp_path, make_config, name, **kw):
     return path
 
 
+def two_systems(tmp_path, make_config):
+    """Same-DC PD and PDD (its decoders on H200) config files, small enough for a map in seconds."""
+    base = write(tmp_path, make_config, "same_dc", per_token=1e-4)
+    pdd = write(tmp_path, make_config, "pdd", per_token=1e-4, two_clusters=True,
+                roles=(("prefill", 1), ("relay", 1), ("decode", 1)),
+                clusters__b__gpu="h200", prefix_cache={"decode_tokens": None})
+    return base, pdd
+
+
 @pytest.fixture
 def systems(tmp_path, make_config):
-    base = write(tmp_path, make_config, "same_dc", per_token=1e-4)
+    return two_systems(tmp_path, make_config)
+
+
+@pytest.fixture
+def decode_bound(tmp_path, make_config):
+    """The baseline's decoder on 2 x GPU A: llama-3.1-70b's 141 GB of weights leave 3 GB of KV
+    at 80 GB a GPU, so its KV pool is what binds."""
+    base = write(tmp_path, make_config, "same_dc", per_token=1e-4,
+                 roles=(("prefill", 1), ("decode", 1, 2)))
     pdd = write(tmp_path, make_config, "pdd", per_token=1e-4, two_clusters=True,
                 roles=(("prefill", 1), ("relay", 1), ("decode", 1)),
                 clusters__b__gpu="h200", prefix_cache={"decode_tokens": None})
@@ -62,8 +85,90 @@ def test_the_map_command(systems, capsys, input_error):
     code = main(["map", "--x", "hbm=80,96", "--y", "wan_gbps=10", "--baseline", str(base),
                  "--pdd", str(pdd)])
     input_error(code, capsys.readouterr().err, "hbm", "gpu_b_premium")
+    for bad, named in (("gpu_a_hbm_gb=-8", "hbm_gb"), ("model=gpt-9", "gpt-9"),
+                       ("gpu_b_premium=dear", "gpu_b_premium=dear")):
+        code = main(["map", "--x", bad, "--y", "wan_gbps=10", "--baseline", str(base),
+                     "--pdd", str(pdd), "--quiet"])
+        input_error(code, capsys.readouterr().err, "map point", named)
 
 
+def decode_pool(cfg) -> int:
+    group = next(g for g in cfg.clusters["a"].instances if g.role == "decode")
+    return kv_capacity_tokens(cfg, cfg.served_model(), cfg.catalog.gpu(cfg.clusters["a"].gpu),
+                              group, cfg.engine_profile(), "decode")
+
+
+def test_more_hbm_on_gpu_a_is_a_larger_kv_pool_and_never_less_capacity(decode_bound):
+    """GPU A's entry is edited under its own name on cluster A only (GPU B keeps its 141 GB); the
+    decoder's KV pool grows by the HBM added less the engine's share of it, and the decode-bound
+    baseline's capacity does not fall (it rises), while PDD's decoders are on GPU B."""
+    base, pdd = decode_bound
+    cfgs = {h: point_config(base, [], {"gpu_a_hbm_gb": h}, False) for h in (82, 90, 100)}
+    pools = [decode_pool(cfg) for cfg in cfgs.values()]
+    assert pools[0] < pools[1] < pools[2]
+    util, kv = 0.9, cfgs[82].served_model().kv_bytes_per_token
+    assert pools[2] - pools[1] == pytest.approx(2 * 10e9 * util / kv, abs=2 * 16)   # tp 2, block 16
+    pdd_cfg = point_config(pdd, [], {"gpu_a_hbm_gb": 90}, True)
+    assert pdd_cfg.catalog.gpu("h100-sxm").hbm_gb == 90 and pdd_cfg.clusters["b"].gpu == "h200"
+    assert pdd_cfg.catalog.gpu("h200").hbm_gb == 141
+    rows = pdd_map(base, pdd, ("gpu_a_hbm_gb", [82, 90]), ("tpot_slo_s", [0.05]))
+    low, high = (r["baseline_capacity_rps"] for r in rows)
+    assert low is not None and high > low * 1.1
+
+
+def test_kv_bytes_per_token_and_the_model(decode_bound):
+    """The KV bytes per token edit the model the point runs (after the `model` factor), and the
+    KV pool is inversely proportional to them (up to a block)."""
+    base, _ = decode_bound
+    for model in ("llama-3.1-70b", "llama-3.3-70b-fp8"):
+        half, full = (point_config(base, [], {"model": model, "kv_bytes_per_token": b}, False)
+                      for b in (163_840, 327_680))
+        assert half.model == full.model == model
+        assert half.served_model().kv_bytes_per_token == 163_840
+        assert decode_pool(half) == pytest.approx(2 * decode_pool(full), abs=16)
+
+
+def test_a_gpu_both_clusters_run_gets_a_copy_for_cluster_a(tmp_path, make_config):
+    """GPU A from the config's own catalog (an included file) and run by both clusters: cluster A
+    gets a copy under a derived name at the original's price, cluster B keeps the original."""
+    mine = {**catalog.BUNDLED.gpu("h100-sxm").model_dump(exclude={"name"}), "price_per_hour": 3.0}
+    (tmp_path / "hw.yaml").write_text(yaml.safe_dump({"gpus": {"my-gpu": mine}}))
+    path = write(tmp_path, make_config, "pdd", two_clusters=True,
+                 roles=(("prefill", 1), ("relay", 1), ("decode", 1)), gpu_prices={"my-gpu": 2.5})
+    raw = yaml.safe_load(path.read_text())
+    raw["catalog"] = {"include": ["hw.yaml"]}
+    for cluster in raw["clusters"].values():
+        cluster["gpu"] = "my-gpu"
+    path.write_text(yaml.safe_dump(raw))
+    cfg = point_config(path, [], {"gpu_a_hbm_gb": 96}, True)
+    assert cfg.clusters["a"].gpu == "my-gpu-96gb" and cfg.clusters["b"].gpu == "my-gpu"
+    assert cfg.catalog.gpu("my-gpu-96gb").hbm_gb == 96 and cfg.catalog.gpu("my-gpu").hbm_gb == 80
+    assert cfg.gpu_prices == {"my-gpu": 2.5, "my-gpu-96gb": 2.5}
+
+
+def test_the_same_map_whatever_the_workers_and_from_the_cache(systems, tmp_path, capsys,
+                                                              monkeypatch):
+    """Two workers give the one worker's map exactly; a rerun on the cache runs no search."""
+    base, pdd = systems
+    argv = ["map", "--x", "gpu_b_premium=0,1", "--y", "kv_bytes_per_token=163840",
+            "--baseline", str(base), "--pdd", str(pdd), "--json", "--quiet"]
+    maps = []
+    for extra in (["--jobs", "1"], ["--jobs", "2", "--cache", str(tmp_path / "c")]):
+        assert main(argv + extra) == 0
+        maps.append(capsys.readouterr().out)
+    assert maps[0] == maps[1]
+    rows = json.loads(maps[0])
+    assert all(r["baseline_capacity_rps"] and r["pdd_capacity_rps"] for r in rows)
+
+    def no_search(*args, **kw):
+        raise AssertionError("searched again")
+    monkeypatch.setattr(map_module, "find_capacity", no_search)
+    assert main(argv + ["--jobs", "1", "--cache", str(tmp_path / "c")]) == 0
+    assert capsys.readouterr().out == maps[0]
+    with Processes(1) as backend:
+        failed = pdd_map(base, pdd, ("gpu_b_premium", [0.3]), ("wan_gbps", [10]), backend=backend)
+    assert failed[0]["pdd_status"].startswith("failed (AssertionError: searched again")
+    assert failed[0]["capacity_ratio"] is None
 
 
 def test_a_prefill_instance_keeps_the_prompts_kv_until_its_wan_copy_ends(make_config, make_workload):
