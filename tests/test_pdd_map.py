@@ -3,6 +3,7 @@ model factors (catalog edits whose KV pool follows), its searches run in paralle
 with the same map, and the assumption under PDD's prefill pool (a P keeps a prompt's KV until its
 WAN copy has left)."""
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -190,10 +191,12 @@ def test_a_prefill_instance_keeps_the_prompts_kv_until_its_wan_copy_ends(make_co
     assert (kv[kv.time_s > wan_s + 1].value == 0).all()
 
 
-def test_the_cli_lists_every_factor(capsys):
+def test_the_cli_and_the_docs_list_every_factor(capsys):
     try:
         main(["map", "--help"])
     except SystemExit:
         pass
     out = capsys.readouterr().out
     assert all(name in out for name in FACTORS)
+    docs = (Path(__file__).parents[1] / "docs" / "cli.md").read_text()
+    assert all(f"| `{name}` |" in docs for name in FACTORS)
