@@ -1,5 +1,6 @@
 """Capacity in offered-load terms: sessions started over a horizon, the search on the stationary
 window, its rule for a load knob SLO attainment is not monotone in, and early stop."""
+import math
 from collections import Counter
 
 import pytest
@@ -8,6 +9,7 @@ from pddsim.config import bundled, load_config
 from pddsim.experiments import capacity
 from pddsim.experiments.capacity import distinguishable, find_capacity, load_knob
 from pddsim.sim import load_workload, simulate
+from pddsim.stationary import window_figures
 from pddsim.workload.horizon import resample, sessions_of
 from pddsim.workload.synthetic import AgentSpec, agent_workload
 
@@ -42,6 +44,30 @@ def test_a_horizon_generates_sessions_at_the_rate(make_config):
     assert 0 <= min(starts) and max(starts) < 500
     assert [r.hash_ids for r in load_workload(cfg).requests] == [r.hash_ids for r in w.requests]
     assert load_knob(cfg) == "session_rate_rps"
+
+
+def _by_session(workload):
+    """Each session's start and its turns' (input, output, think, blocks), in start order."""
+    sessions = sorted(sessions_of(workload), key=lambda m: workload.requests[m[0]].arrival_s)
+    return [(workload.requests[m[0]].arrival_s,
+             [(r.input_tokens, r.output_tokens, r.think_s, r.hash_ids)
+              for r in (workload.requests[i] for i in m)]) for m in sessions]
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+def test_two_loads_share_their_sessions(make_config, recorded):
+    """Common random numbers: the workload at twice the session rate starts the same sessions,
+    turn for turn, at half the times, and more of them; so a capacity search's runs at two loads
+    differ in load, not in draws (an Agent generator's sessions, and a recorded set resampled)."""
+    def at(rate):
+        cfg = horizon_config(make_config, rate, 300)
+        source = agent_workload(AgentSpec(sessions=15, **KNOBS), seed=4) if recorded else None
+        return _by_session(load_workload(cfg, source))
+    slow, fast = at(0.5), at(1.0)
+    assert len(fast) > len(slow) > 100
+    for (t_slow, turns_slow), (t_fast, turns_fast) in zip(slow, fast):
+        assert t_fast == pytest.approx(t_slow / 2, abs=1e-9)
+        assert turns_fast == turns_slow
 
 
 def test_resampling_keeps_each_session_and_gives_copies_their_own_blocks():
@@ -93,13 +119,32 @@ def test_capacity_is_the_steady_rate_at_the_highest_passing_load(make_config):
     cfg = horizon_config(make_config, 0.5, roles=(("colocated", 1),), per_token=1e-4)
     cap = find_capacity(cfg, load_workload(cfg))
     assert cap.found and cap.status == "found"
-    assert cap.capacity_rps == cap.rate_rps == cap.result.summary["steady_rps"]
+    s = cap.result.summary
+    window = window_figures(cap.result.requests, s["steady_window_start_s"], s["steady_window_end_s"])
+    assert cap.capacity_rps == cap.rate_rps == window["steady_rps"]
+    assert s["steady_rps"] in (None, cap.capacity_rps)     # None: the window's trend test flagged it
     assert cap.interval[0] <= cap.capacity_rps <= cap.interval[1]
     assert cap.loads[cap.load]
     failing = [load for load, ok in cap.loads.items() if not ok]
     assert failing and cap.load < min(failing)
     assert all(not ok for load, ok in cap.loads.items() if load > cap.load)
     assert cap.summary()["capacity_runs"] == len(cap.loads)
+
+
+@pytest.mark.parametrize("start", [0.3, 0.9, 2.0])
+def test_a_search_from_another_start_finds_the_same_capacity(make_config, start):
+    """Started below, near or far above the capacity, the search tries loads of the configured
+    value's lattice only, and the loads share their sessions: it ends at the same load with the
+    same figures as the search from the configured value."""
+    cfg = horizon_config(make_config, 0.5, roles=(("colocated", 1),), per_token=1e-4)
+    scratch = find_capacity(cfg, load_workload(cfg))
+    other = find_capacity(cfg, load_workload(cfg), start=start)
+    assert (other.load, other.capacity_rps, other.interval) == (
+        scratch.load, scratch.capacity_rps, scratch.interval)
+    lattice = capacity.Lattice(0.5, 0.03, False, None)
+    assert lattice.steps == 32
+    positions = [32 * math.log2(load / 0.5) for load in other.loads]
+    assert all(k == pytest.approx(round(k), abs=1e-9) for k in positions)
 
 
 def test_a_run_that_never_saturates_reports_a_lower_bound(make_config):

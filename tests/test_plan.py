@@ -57,7 +57,7 @@ def grid(small):
     rows = []
     for p in build_points(small, parse_vary(VARY)):
         cfg = p.cfg.model_copy(update={"seed": 0})
-        rows.append({"n": p.n, "cost": p.cost, **measure({"w": load_workload(cfg)}, (cfg, "w", 0))})
+        rows.append({"n": p.n, "cost": p.cost, **measure({"w": load_workload(cfg)}, (cfg, "w", 0, None))})
     return rows
 
 
@@ -105,6 +105,19 @@ def test_winner_is_the_brute_force_best(small, shared_cache, grid, objective, bu
         if p["status"] == "pruned":
             measured = next(r for r in grid if r["n"] == p["point"])
             assert measured["n"] != best["n"]
+
+
+def test_neighbour_starts_find_the_capacities_of_searches_from_scratch(small, grid):
+    """Each point's search starts at its nearest measured neighbour's capacity load (after the
+    first wave), on the same lattice of loads: every capacity is the one its search from the
+    configured load found, run for run the same figure, in fewer runs."""
+    result = plan(small, VARY, seed=0, backend=Processes(1))
+    simulated = [p for p in result.points if p["status"] == "simulated"]
+    scratch = {r["n"]: r for r in grid}
+    assert len(simulated) == 6
+    for p in simulated:
+        assert p["capacity_rps"] == scratch[p["point"]]["capacity_rps"]
+    assert sum(p["capacity_runs"] for p in simulated) < sum(r["runs"] for r in grid)
 
 
 def test_pruning_uses_monotone_capacity(small, shared_cache):
@@ -375,5 +388,5 @@ def test_every_point_has_its_outcome_in_the_table_json_and_heatmap():
 def test_measure_keeps_the_lower_bound_when_the_slo_never_breaks(make_config):
     from test_experiments import CLOSED, agents
     cfg = make_config(roles=(("colocated", 2),), workload=CLOSED)
-    got = measure({"w": agents(4)}, (cfg, "w", 0))
+    got = measure({"w": agents(4)}, (cfg, "w", 0, None))
     assert got["capacity_rps"] is None and got["capacity_lower_bound_rps"] > 0

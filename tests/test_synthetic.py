@@ -45,7 +45,7 @@ def test_generators_are_pinned():
         return hashlib.sha256(repr(workload.requests).encode()).hexdigest()
     churn = AgentSpec(sessions=40, reset_prob=0.2, long_prob=0.2, max_context=60000)
     assert digest(agent_workload(churn, 7)) == (
-        "ebbaf4903d6836490932915d8f369b7562dcd73ea7d5afbd1019b89df3ed9700")
+        "1ecd261dc4cfdb37c3b17922bb6a7b9c07e66ae567a739f2fdce5c13018ab73d")
     assert digest(poisson_workload(300, 2.0, 3000, 300, shared_prefix_tokens=1024, seed=5)) == (
         "0f2638532d4263276885972d6b2d924b379fc60499b3ba3fff9969754f458c84")
 

@@ -20,11 +20,16 @@ breaks.
 
 The rule. SLO attainment is not monotone in the load (a seed's draws can make a higher load pass
 where a lower one failed), so the answer is stated as a rule, not as the best run seen: the knob is
-bracketed by doubling or halving from its configured value, then bisected, keeping the highest
-passing load `lo` below the lowest failing load `hi` tried; the capacity is the rate at `lo`. The
-bisection stops when `hi - lo` is within `rel_tol` of `lo` or within the rate interval's relative
-half-width (a finer step than the rate can be measured to buys nothing). A search whose highest
-load still passes never saturated: no capacity, the rate there a lower bound.
+bracketed by doubling or halving from its configured value (or from the doubling of it nearest a
+given start, such as a neighbour's capacity in a plan), then the bracket is halved, keeping the
+highest passing load `lo` below the lowest failing load `hi` tried; the capacity is the rate at
+`lo`. Every load tried lies on one `Lattice` of the configured value, so where attainment is
+monotone the answer does not depend on the start; the loads of a horizon workload share their
+sessions (`pddsim.workload.horizon`), so two loads differ in load, not in draws. The halving stops
+at adjacent points of the lattice (steps of at most `rel_tol`), or earlier when `hi - lo` is within
+the rate interval's relative half-width at `lo` (a finer step than the rate can be measured to
+buys nothing). A search whose highest load still passes never saturated: no capacity, the rate
+there a lower bound.
 
 Early stop. A run is stopped as soon as it can no longer pass: when the requests known to miss the
 SLO already exceed what the target allows of all the workload's requests (whole run), or of the
@@ -168,27 +173,70 @@ def hopeless(cfg: Config, workload: Workload, steady: bool) -> Callable[[Request
     return stop
 
 
+@dataclass(frozen=True)
+class Lattice:
+    """The loads a search may try, by position: the configured value times 2^(k / K), K a power
+    of two of steps of at most `rel_tol` to a doubling (a concurrency: every whole number, its
+    doublings the configured one times 2^j). A search brackets on the doublings, then halves
+    the bracket; started at another doubling, it meets the same bracket and halves it the same
+    way, so where SLO attainment is monotone in the load the capacity does not depend on the
+    start (a plan starts each point at a neighbour's capacity)."""
+    base: float
+    rel_tol: float
+    integer: bool
+    ceiling: int | None         # a concurrency's most sessions
+
+    @property
+    def steps(self) -> int:
+        """K: positions per doubling."""
+        if self.integer:
+            return 1
+        return 2 ** math.ceil(math.log2(math.log(2) / math.log1p(self.rel_tol)))
+
+    def load(self, k: int) -> float:
+        return float(k) if self.integer else self.base * 2.0 ** (k / self.steps)
+
+    def doubling(self, j: int) -> int:
+        """The position of the configured value times 2^j."""
+        if not self.integer:
+            return j * self.steps
+        b = int(self.base)
+        k = b << j if j >= 0 else max(b >> -j, 1)
+        return min(k, self.ceiling) if self.ceiling else k
+
+    def nearest_doubling(self, load: float) -> int:
+        """j of the doubling nearest `load`."""
+        return round(math.log2(load / self.base))
+
+
 def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None,
                   rel_tol: float = 0.03, max_doublings: int = 8, early_stop: bool = True,
+                  start: float | None = None,
                   on_progress: Callable[[int], None] | None = None) -> Capacity:
-    """Search `cfg`'s load knob from its configured value for the highest load at which
-    `slo.target` holds, by the rule in the module docstring, to `rel_tol` of the knob (one session
-    for a concurrency). `workload` is the workload at the configured load (with a horizon, the
-    search builds each load's own from the config). `max_doublings` bounds the bracketing each
-    way. `early_stop`: stop runs that can no longer pass (same capacity, less time).
-    `on_progress` is passed to every run's simulate. The Capacity's `result` is the run at `load`,
-    so `at_load(cfg, cap.load)` reproduces it."""
+    """Search `cfg`'s load knob for the highest load at which `slo.target` holds, by the rule in
+    the module docstring, to `rel_tol` of the knob (one session for a concurrency). `workload` is
+    the workload at the configured load (with a horizon, the search builds each load's own from the
+    config). `start`: begin at the configured value's doubling nearest this load (a neighbour's
+    capacity load, in a plan; default the configured value itself): the loads tried lie on the
+    configured value's `Lattice` whatever the start. `max_doublings` bounds the bracketing each
+    way.
+    `early_stop`: stop runs that can no longer pass (same capacity, less time). `on_progress` is
+    passed to every run's simulate. The Capacity's `result` is the run at `load`, so
+    `at_load(cfg, cap.load)` reproduces it."""
     wall0 = time.perf_counter()
     knob = load_knob(cfg)
     steady = knob == "session_rate_rps"
     integer = knob == "concurrent_sessions"
-    ceiling = _session_count(workload) if integer else float("inf")
+    base = getattr(cfg.workload, knob)
+    ceiling = _session_count(workload) if integer else None
+    lattice = Lattice(base, rel_tol, integer, ceiling)
     source = resample_source(cfg) if steady else None
     runs: dict[float, Result] = {}
     figures: dict[float, dict] = {}
     passed: dict[float, bool] = {}
 
-    def meets(load: float) -> bool:
+    def meets(k: int) -> bool:
+        load = lattice.load(k)
         if load not in runs:
             at = at_load(cfg, load)
             w = load_workload(at, source) if steady else workload
@@ -198,37 +246,41 @@ def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None,
             passed[load] = passes(runs[load], figures[load], cfg.slo.target)
         return passed[load]
 
-    def step_small_enough(lo: float, hi: float) -> bool:
-        if integer:
-            return hi - lo <= 1
-        tol = rel_tol
-        f = figures[lo]
-        if f["steady_rps_hi"] is not None and f["steady_rps"]:
-            tol = max(tol, (f["steady_rps_hi"] - f["steady_rps_lo"]) / 2 / f["steady_rps"])
-        return hi - lo <= tol * lo
+    def step_small_enough(lo: int, hi: int) -> bool:
+        if hi - lo <= 1:
+            return True
+        f = figures[lattice.load(lo)]
+        if integer or f["steady_rps_hi"] is None or not f["steady_rps"]:
+            return False
+        half = (f["steady_rps_hi"] - f["steady_rps_lo"]) / 2 / f["steady_rps"]
+        return lattice.load(hi) - lattice.load(lo) <= half * lattice.load(lo)
 
-    start = getattr(cfg.workload, knob)
-    lo, hi = (start, None) if meets(start) else (None, start)
+    j = 0 if start is None else lattice.nearest_doubling(start)
+    first = lattice.doubling(j)
+    lo, hi = (first, None) if meets(first) else (None, first)
     for _ in range(max_doublings):
         if hi is None:
             assert lo is not None                # one of the two bounds is always known
-            up = min(lo * 2, ceiling)
+            up = lattice.doubling(j + 1)
             if up == lo:
                 break
+            j += 1
             lo, hi = (up, None) if meets(up) else (lo, up)
         elif lo is None:
-            down = max(hi // 2, 1) if integer else hi / 2
+            down = lattice.doubling(j - 1)
             if down == hi:
                 break
+            j -= 1
             lo, hi = (down, hi) if meets(down) else (None, down)
         else:
             break
     if lo is not None and hi is not None:
         while not step_small_enough(lo, hi):
-            mid = (lo + hi) // 2 if integer else (lo + hi) / 2
+            mid = (lo + hi) // 2
             lo, hi = (mid, hi) if meets(mid) else (lo, mid)
-    at = lo if lo is not None else hi
-    assert at is not None                       # one of the two bounds is always known
+    at_k = lo if lo is not None else hi
+    assert at_k is not None                     # one of the two bounds is always known
+    at = lattice.load(at_k)
     f = figures[at]
     cap = Capacity(None, knob, at, runs[at], runs=len(runs), loads=passed,
                    rate_rps=f["steady_rps"] or 0.0, slo_share=f["steady_slo_attainment"] or 0.0,

@@ -39,7 +39,7 @@ from pddsim.config import Config, load_config
 from pddsim.cost import cost_per_hour, gpu_price
 from pddsim.errors import InputError
 from pddsim.experiments.backends import Failed, Processes
-from pddsim.experiments.capacity import find_capacity, interval
+from pddsim.experiments.capacity import Lattice, find_capacity, interval
 from pddsim.experiments.result_cache import ResultCache, workload_digest
 from pddsim.experiments.sweep import parse_axis, point_label
 from pddsim.sim import load_workload
@@ -48,7 +48,10 @@ from pddsim.workload.model import Workload
 
 OBJECTIVES = ("bcr", "capacity", "cost", "margin")
 TASK = "plan-capacity"      # what a cached result measured
-CAPACITY_TOL = 0.03         # the capacity search's relative tolerance, hence the slack on bounds
+CAPACITY_TOL = 0.03         # the capacity search's relative tolerance
+# the slack on bounds: a capacity is the rate at the last passing load of the search's lattice, the
+# true one lies below the next load up
+CAPACITY_SLACK = 2.0 ** (1 / Lattice(1.0, CAPACITY_TOL, False, None).steps)
 RANGE = re.compile(r"\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*(?::\s*(\d+)\s*)?")
 
 
@@ -74,18 +77,19 @@ def parse_vary(texts: list[str]) -> dict[str, list]:
     return axes
 
 
-def measure(workloads: dict[str, Workload], task: tuple[Config, str, int]) -> dict:
-    """One point at one seed (module level: workers call it by name): its capacity, BCR there and
-    the pool that was busiest there (the bottleneck)."""
-    cfg, workload_key, seed = task
-    cap = find_capacity(cfg, workloads[workload_key], seed=seed, rel_tol=CAPACITY_TOL)
+def measure(workloads: dict[str, Workload], task: tuple[Config, str, int, float | None]) -> dict:
+    """One point at one seed (module level: workers call it by name), its search started at a
+    neighbour's capacity load when one is known: its capacity, the load there, BCR there and the
+    pool that was busiest there (the bottleneck)."""
+    cfg, workload_key, seed, start = task
+    cap = find_capacity(cfg, workloads[workload_key], seed=seed, rel_tol=CAPACITY_TOL, start=start)
     if cap.capacity_rps is None or cap.result is None:
         bound = float(cap.lower_bound_rps) if cap.status == "never saturated" else None
         return {"capacity_rps": None, "bcr_at_capacity": None, "margin_at_capacity": None,
-                "bottleneck": None, "capacity_status": cap.status,
+                "bottleneck": None, "capacity_status": cap.status, "runs": cap.runs,
                 "capacity_lower_bound_rps": bound}
     busy = cap.result.instances.assign(pool=cap.result.instances["instance"].str.rstrip("0123456789"))
-    return {"capacity_rps": float(cap.capacity_rps),
+    return {"capacity_rps": float(cap.capacity_rps), "capacity_load": cap.load, "runs": cap.runs,
             "bcr_at_capacity": float(cap.bcr or 0.0),
             "margin_at_capacity": float(cap.result.summary["margin_per_hour"]),
             "bottleneck": busy.groupby("pool")["busy_share"].mean().idxmax()}
@@ -138,7 +142,8 @@ class Point:
                 "cost_per_hour": self.cost, "capacity_rps": cap[0], "capacity_lo": cap[1],
                 "capacity_hi": cap[2], "bcr_at_capacity": bcr[0], "bcr_lo": bcr[1], "bcr_hi": bcr[2],
                 "margin_at_capacity": margin[0], "margin_lo": margin[1], "margin_hi": margin[2],
-                "bottleneck": bottleneck}
+                "bottleneck": bottleneck,
+                "capacity_runs": sum(s.get("runs", 0) for s in self.samples) if self.samples else None}
 
 
 @dataclass
@@ -273,7 +278,8 @@ class _Search:
         self.progress = on_progress or (lambda n: None)
         self.workloads: dict[str, tuple[Workload, str]] = {}     # key -> (workload, digest)
         self.cached = 0
-        self.ahead: dict[tuple[int, int], Any] = {}   # (point, seed index) -> measured ahead
+        # (point, seed index) -> (its search's start, what it measured) for points measured ahead
+        self.ahead: dict[tuple[int, int], tuple[float | None, Any]] = {}
 
     def _workload(self, cfg: Config) -> str:
         key = json.dumps([cfg.workload.model_dump(mode="json"), cfg.base_dir, cfg.seed])
@@ -308,7 +314,9 @@ class _Search:
         for p in wave:
             p.samples = [None] * len(self.seeds)
             for i, task, key in self._tasks(p):
-                hit = self.ahead.pop((p.n, i), None)
+                start, hit = self.ahead.pop((p.n, i), (None, None))
+                if start != task[3]:        # measured ahead from another neighbour: run it again
+                    hit = None
                 if hit is None and key is not None:
                     hit = self.cache.get(key)
                     self.cached += hit is not None
@@ -338,8 +346,8 @@ class _Search:
         values = self.backend.map(measure, tasks, shared, done)
         for (p, i, _), value in zip(owners[:wanted], values):
             p.samples[i] = value
-        for (p, i, _), value in zip(owners[wanted:], values[wanted:]):
-            self.ahead[p.n, i] = value
+        for (p, i, _), task, value in zip(owners[wanted:], tasks[wanted:], values[wanted:]):
+            self.ahead[p.n, i] = (task[3], value)
         for p in wave:
             failure = next((s for s in p.samples if isinstance(s, Failed)), None)
             if failure is not None:
@@ -356,8 +364,22 @@ class _Search:
         for i, s in enumerate(self.seeds):
             cfg = p.cfg.model_copy(update={"seed": s})
             wkey = self._workload(cfg)
-            key = self.cache.key(TASK, cfg, self.workloads[wkey][1], s) if self.cache else None
-            yield i, (cfg, wkey, s), key
+            start = self.neighbour_load(p, i)
+            task = TASK if start is None else f"{TASK} from {start!r}"
+            key = self.cache.key(task, cfg, self.workloads[wkey][1], s) if self.cache else None
+            yield i, (cfg, wkey, s, start), key
+
+    def neighbour_load(self, p: Point, seed_index: int) -> float | None:
+        """Where `p`'s search starts: the capacity load of a measured neighbour (one instance
+        apart, the rest of the point alike; the first in the space), known from the waves
+        before; None (the configured load) when no measured point is one. The search tries the
+        same lattice of loads from there, so where SLO attainment is monotone in the load it
+        finds the capacity a search from scratch would, without the doublings up to it."""
+        near = [(q.n, q.samples[seed_index].get("capacity_load")) for q in self.measured()
+                if q.samples[seed_index].get("capacity_load") is not None
+                and sum(abs(int(p.values[c]) - int(q.values[c])) for c in self.counts) == 1
+                and all(p.values[k] == q.values[k] for k in p.values if k not in self.counts)]
+        return min(near)[1] if near else None
 
     def bound(self, q: Point) -> tuple[float, Known | None]:
         """The least measured capacity among points with at least q's instances, raised by the
@@ -367,7 +389,7 @@ class _Search:
         for k in self.known():
             if k.capacity < best and _leq(q, k.point, self.counts):
                 best, by = k.capacity, k
-        return best * (1 + CAPACITY_TOL), by
+        return best * CAPACITY_SLACK, by
 
     def cannot_win(self, cost: float, bound: float) -> bool:
         ranked = self.rankable()

@@ -15,11 +15,23 @@ import numpy as np
 
 from pddsim.workload.model import TraceRequest, Workload
 
+_CHUNK = 1024     # unit-rate gaps drawn at a time: a fixed size, so every rate sees the same points
+
 
 def poisson_starts(rate: float, horizon_s: float, rng: np.random.Generator) -> np.ndarray:
-    """The points of a Poisson process of `rate` on [0, horizon_s): a Poisson count, placed
-    uniformly (the process given its count), sorted."""
-    return np.sort(rng.uniform(0.0, horizon_s, rng.poisson(rate * horizon_s)))
+    """The points of a Poisson process of `rate` on [0, horizon_s), coupled across rates: the
+    points of one unit-rate process (`rng`'s exponential gaps, drawn in fixed chunks) divided by
+    `rate`. A higher rate starts the same sessions sooner, and more of them (common random numbers):
+    runs of a capacity search at two loads differ in load, not in draws, so a search's decisions
+    do not depend on which loads it happened to try."""
+    need = rate * horizon_s
+    chunks, reached = [], 0.0
+    while reached < need:
+        chunk = reached + np.cumsum(rng.standard_exponential(_CHUNK))
+        chunks.append(chunk)
+        reached = float(chunk[-1])
+    points = np.concatenate(chunks) if chunks else np.empty(0)
+    return points[points < need] / rate
 
 
 def sessions_of(workload: Workload) -> list[list[int]]:
@@ -38,9 +50,9 @@ def resample(base: Workload, rate: float, horizon_s: float, seed: int) -> Worklo
     sessions = sessions_of(base)
     if not sessions:
         return replace(base, extra={**base.extra, "horizon_s": horizon_s, "rate": rate})
-    rng = np.random.default_rng([seed, 7])
-    starts = poisson_starts(rate, horizon_s, rng)
-    picks = rng.integers(0, len(sessions), len(starts))
+    starts = poisson_starts(rate, horizon_s, np.random.default_rng([seed, 7]))
+    # the k-th start draws the same session at every rate (a stream of its own)
+    picks = np.random.default_rng([seed, 8]).integers(0, len(sessions), len(starts))
     reqs = base.requests
     owners: dict[int, set[int]] = {}
     for s, members in enumerate(sessions):

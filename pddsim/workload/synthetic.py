@@ -106,27 +106,32 @@ def agent_workload(spec: AgentSpec, seed: int, starts: np.ndarray | None = None)
     `arrival_s` is an open-loop estimate (session start + the earlier turns' think and estimated
     service times); closed-loop replay uses `follows` and `think_s` instead.
     """
-    rng = np.random.default_rng(seed)
     if starts is None:
-        starts = np.cumsum(rng.exponential(1 / spec.session_rate, spec.sessions))
+        starts = np.cumsum(np.random.default_rng(seed).exponential(1 / spec.session_rate,
+                                                                     spec.sessions))
         starts -= starts[0]
     if spec.diurnal:
         starts = day_time(starts, spec.diurnal, spec.day_s)
     n_sessions = len(starts)
     if not n_sessions:
         return Workload([], source=f"agent(seed={seed})", extra={"generator": "agent", "seed": seed})
-    turns = rng.geometric(1 / spec.turns_mean, n_sessions)
+    # each quantity from a stream of its own: the first k sessions are the same whatever the
+    # number of sessions, so the workloads of two session rates share their sessions (common
+    # random numbers for a capacity search)
+    turns_rng, output_rng, context_rng, append_rng, long_rng, think_rng, reset_rng, flag_rng = (
+        np.random.default_rng([seed, 11, k]) for k in range(8))
+    turns = turns_rng.geometric(1 / spec.turns_mean, n_sessions)
     total = int(turns.sum())
     session = np.repeat(np.arange(n_sessions), turns)
     first = np.zeros(total, dtype=bool)
     first[np.cumsum(turns) - turns] = True
 
-    outputs = _tokens(_lognormal(rng, spec.output_mean, spec.output_sigma, total))
-    contexts = _tokens(_lognormal(rng, spec.context_mean, spec.context_sigma, total))
-    appends = _tokens(_lognormal(rng, spec.append_mean, spec.append_sigma, total))
-    longs = _tokens(_lognormal(rng, spec.long_mean, spec.append_sigma, total))
-    think = np.where(first, 0.0, _lognormal(rng, spec.think_mean, spec.think_sigma, total))
-    reset_draw, long_draw = rng.random(total), rng.random(total)
+    outputs = _tokens(_lognormal(output_rng, spec.output_mean, spec.output_sigma, total))
+    contexts = _tokens(_lognormal(context_rng, spec.context_mean, spec.context_sigma, total))
+    appends = _tokens(_lognormal(append_rng, spec.append_mean, spec.append_sigma, total))
+    longs = _tokens(_lognormal(long_rng, spec.long_mean, spec.append_sigma, total))
+    think = np.where(first, 0.0, _lognormal(think_rng, spec.think_mean, spec.think_sigma, total))
+    reset_draw, long_draw = reset_rng.random(total), flag_rng.random(total)
 
     # open-loop arrival: each turn waits for the previous turn's estimated service, then thinks
     service = spec.service_s + spec.tpot_s * outputs
