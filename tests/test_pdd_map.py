@@ -11,6 +11,8 @@ from test_capacity import KNOBS
 
 from pddsim import catalog
 from pddsim.cli import main
+from pddsim.errors import InputError
+from pddsim.experiments import paper
 from pddsim.experiments import pdd_map as map_module
 from pddsim.experiments.backends import Processes
 from pddsim.experiments.pdd_map import FACTORS, pdd_map, plot_map, point_config
@@ -200,3 +202,21 @@ def test_the_cli_and_the_docs_list_every_factor(capsys):
     assert all(name in out for name in FACTORS)
     docs = (Path(__file__).parents[1] / "docs" / "cli.md").read_text()
     assert all(f"| `{name}` |" in docs for name in FACTORS)
+
+
+def test_each_system_takes_its_own_split(tmp_path, make_config):
+    """`own` (the CLI: the paper plan's splits) reaches its system only: a split the baseline
+    cannot take is named as the baseline's, and the PDD config is not touched by it."""
+    base, pdd = two_systems(tmp_path, make_config)
+    with pytest.raises(InputError, match="baseline"):
+        pdd_map(base, pdd, ("output_mean", [40]), ("tpot_slo_s", [0.05]),
+                own=(["clusters.a.instances.9.count=1"], []))
+    with pytest.raises(InputError, match="PDD"):
+        pdd_map(base, pdd, ("output_mean", [40]), ("tpot_slo_s", [0.05]),
+                own=([], ["clusters.a.instances.9.count=1"]))
+
+
+def test_the_paper_systems_default_to_their_planned_splits():
+    planned = yaml.safe_load(paper.PLANNED_SPLITS.read_text())["splits"]
+    for path in (paper.PAPER_CONFIGS[0], paper.PAPER_CONFIGS[2]):
+        assert paper.planned_counts(path) == [f"{k}={v}" for k, v in planned[path.name].items()]

@@ -38,10 +38,7 @@ def planned_configs(overrides: Sequence[str] = (), path: Path = PLANNED_SPLITS
     planned = load_model(PlannedSplits, path, "planned splits")
     configs = []
     for config_path in PAPER_CONFIGS:
-        values = planned.splits.get(config_path.name)
-        if values is None:
-            raise InputError(f"{path}: splits: no split for {config_path.name}")
-        counts = [f"{k}={v}" for k, v in values.items()]
+        counts = planned_counts(config_path, path)
         cfg = load_config(config_path, counts)
         if cost_per_hour(cfg) > planned.budget_per_hour * (1 + 1e-9):
             raise InputError(f"{path}: splits.{config_path.name} costs ${cost_per_hour(cfg):g}/h, "
@@ -50,6 +47,14 @@ def planned_configs(overrides: Sequence[str] = (), path: Path = PLANNED_SPLITS
             cfg = load_config(config_path, counts + list(overrides))
         configs.append(cfg)
     return configs, planned.budget_per_hour
+
+
+def planned_counts(config_path: Path, path: Path = PLANNED_SPLITS) -> list[str]:
+    """A paper system's planned instance counts, as overrides (`path=count`)."""
+    values = load_model(PlannedSplits, path, "planned splits").splits.get(config_path.name)
+    if values is None:
+        raise InputError(f"{path}: splits: no split for {config_path.name}")
+    return [f"{k}={v}" for k, v in values.items()]
 
 
 FITTED, PREDICTED = "fitted", "predicted"

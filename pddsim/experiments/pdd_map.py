@@ -5,10 +5,10 @@ PDD's premise is that chip A suits prefill and chip B decode, and that the homog
 limited by decode on chip A; how far that holds depends on the factors below. Each grid point sets
 both factors on both systems (a factor only one system has, such as the WAN, on that one), measures
 each system's capacity (`find_capacity`, steady state when the configs have a horizon) and takes
-PDD's capacity and BCR at capacity over the baseline's: above 1 PDD wins. Each system keeps its
-configured split (not re-planned per point: a point's ratio is at fixed hardware). GPU B's price
-premium moves only PDD's cost, so the capacities it needs are measured once per value of the
-other factor; so is any search two points share.
+PDD's capacity and BCR at capacity over the baseline's: above 1 PDD wins. Each system keeps the
+split it is given (the CLI: the paper plan's; not re-planned per point: a point's ratio is at
+fixed hardware). GPU B's price premium moves only PDD's cost, so the capacities it needs are
+measured once per value of the other factor; so is any search two points share.
 
 Hardware and model factors edit catalog entries, not config fields: GPU A's HBM is the first
 cluster's GPU entry with another `hbm_gb`, the KV bytes per token the model's entry with another
@@ -170,11 +170,13 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def pdd_map(baseline: str | Path, pdd: str | Path, x: tuple[str, list], y: tuple[str, list],
-            overrides: Sequence[str] = (), *, seed: int | None = None, backend=None,
+            overrides: Sequence[str] = (), *, own: tuple[Sequence[str], Sequence[str]] = ((), ()),
+            seed: int | None = None, backend=None,
             cache: ResultCache | None = None,
             on_progress: Callable[[int], None] | None = None) -> list[dict]:
     """One row per (x, y) grid point (x varying fastest): both systems' capacities and BCRs and
-    PDD's ratios. `backend` (default: local processes, one per CPU) runs the distinct searches,
+    PDD's ratios. `own`: the baseline's and PDD's own overrides (their splits), before
+    `overrides`. `backend` (default: local processes, one per CPU) runs the distinct searches,
     `cache` keeps and reuses them; `on_progress(1)` as each search is known."""
     (xn, xs), (yn, ys) = x, y
     if xn == yn:
@@ -185,9 +187,9 @@ def pdd_map(baseline: str | Path, pdd: str | Path, x: tuple[str, list], y: tuple
     for factors in points:
         keys = []
         cost = 0.0
-        for path, is_pdd in ((baseline, False), (pdd, True)):
+        for path, is_pdd, sets in ((baseline, False, own[0]), (pdd, True, own[1])):
             try:
-                cfg = point_config(path, overrides, factors, is_pdd)
+                cfg = point_config(path, [*sets, *overrides], factors, is_pdd)
                 check_fits(cfg)
                 if is_pdd:
                     cost = cost_per_hour(_priced(cfg, factors.get("gpu_b_premium")))
