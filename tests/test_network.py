@@ -404,28 +404,33 @@ def test_an_idle_line_schedules_no_background_ticks():
     env.run(until=10_000.5)                 # the line looked at again, 10,000 ticks on
     assert link.capacity_Bps == link.bandwidth_Bps * (1.0 - _ar1(0.3, 0.2, 0.9, 1, 10_001)[-1])
 
+@pytest.mark.parametrize("period_s", [0.5, 2.0])
 @pytest.mark.parametrize("sample_s", [0.5, 1.0, 2.0, 3.0, 4.0])
 @pytest.mark.parametrize("roles,pdd", [((("prefill", 1), ("decode", 1)), None),
                                        ((("prefill", 1), ("relay", 1), ("decode", 1)),
                                         {"path_policy": "oracle"})])
-def test_a_lazy_background_gives_the_run_a_tick_per_period_gives(make_config, sample_s, roles, pdd):
+def test_a_lazy_background_gives_the_run_a_tick_per_period_gives(make_config, period_s, sample_s,
+                                                                 roles, pdd):
     """A run whose WAN is often idle, against the same run with the ticks forced every period (a
     stuck handler installed: see Background): the same requests, time series and summary,
-    with the sampler's ticks on the WAN's (2 s) and between them, arrivals on whole seconds, and
-    a router that reads what the background leaves."""
+    with the sampler's ticks on the WAN's and between them, arrivals on whole seconds, and a
+    router that reads what the background leaves."""
     overrides = {"observe__sample_s": sample_s}
     if pdd is not None:
         overrides["pdd"] = pdd
     cfg = make_config(roles=roles, two_clusters=True, **overrides,
                       wan={"bandwidth_gbps": 10, "rtt_ms": 20,
-                           "background": {"mean": 0.3, "std": 0.2, "period_s": 2.0}})
+                           "background": {"mean": 0.3, "std": 0.2, "period_s": period_s}})
     w = poisson_workload(60, 0.2, 3000, 40, seed=4)
     w.requests[:] = [replace(r, arrival_s=float(round(r.arrival_s))) for r in w.requests]
 
     def always_tick(env, dep, _pipeline):
         dep.daemons.stuck = env.event()
 
-    lazy, ticking = simulate(cfg, w), simulate(cfg, w, on_built=always_tick)
+    built = []
+    lazy = simulate(cfg, w, on_built=lambda _env, dep, _pipeline: built.append(dep))
+    ticking = simulate(cfg, w, on_built=always_tick)
+    assert not built[0].wan.background.exact          # it went idle and was re-armed
     assert lazy.requests.equals(ticking.requests)
     assert lazy.timeseries.equals(ticking.timeseries)
     drop = {"wall_s"}
