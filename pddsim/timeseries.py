@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from pddsim.engine.network import Link
 from pddsim.workload.stats import BUCKETS
 
 FULL = 0.99          # KV occupancy at or above this share counts as memory full
@@ -45,12 +46,14 @@ class Sampler:
         self.width = len(self.columns)
         self._column = {c: k for k, c in enumerate(self.columns)}
         self._carried = [0.0] * len(links)
+        self._slept_at = 0.0                # when the tick being sampled was scheduled
         env.process(self._run())
 
     def _run(self):
         """Sample until only daemons are scheduled: a run that can make no more progress must
         still end, not tick on forever because of the sampler (see `engine/daemons.py`)."""
         while True:
+            self._slept_at = self.env.now
             yield self.daemons.sleep(self.period_s)
             self.sample()
             if not self.daemons.keep_going():
@@ -68,6 +71,8 @@ class Sampler:
                 (len(inst.waiting), inst.kv_in_use / inst.capacity, inst.blocked_on_memory)
                 if held(inst) else (nan, nan, nan))])
         for j, link in enumerate(self.links):
+            if isinstance(link, Link) and link.background is not None:   # its tick due now
+                link.background.catch_up(self._slept_at)                 # counts if it came first
             throughput = (link.bytes_carried - self._carried[j]) / self.period_s
             self._carried[j] = link.bytes_carried
             capacity = link.capacity_Bps

@@ -88,7 +88,7 @@ def test_a_flow_over_its_cap_and_rates_over_capacity_are_caught():
     with pytest.raises(InvariantError, match="over its cap"):
         env.run(until=2)
     link.flow_cap_Bps = None
-    link.capacity_Bps = 30.0                      # less capacity than the rate handed out
+    link._capacity = 30.0                         # less capacity than the rate handed out
     env.timeout(0.5)
     with pytest.raises(InvariantError, match="exceed the 30.0 B/s"):
         env.run(until=3)

@@ -1,3 +1,4 @@
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -8,7 +9,9 @@ from hypothesis import strategies as st
 
 from pddsim.engine.daemons import Daemons
 from pddsim.engine.invariants import CheckedEnvironment
-from pddsim.engine.network import Fabric, Link, background_load, normal_draws
+from pddsim.engine.network import Background, Fabric, Link, normal_draws
+from pddsim.sim import simulate
+from pddsim.workload.synthetic import poisson_workload
 
 
 def _run(link_kwargs, flows, until=100):
@@ -350,26 +353,86 @@ def test_batched_normal_draws_are_the_one_by_one_draws(scale, per_draw):
     assert got == want and {type(x) for x in got} == {float}
 
 
-def test_background_load_is_the_ar1_of_one_draw_per_tick():
-    """The capacities the process sets, tick by tick, are those of the AR(1) written out with one
-    draw per period, bit for bit (past the 256 values of a batch)."""
+def _ar1(mean, std, corr, seed, n):
+    """The AR(1) written out, one draw per period: the load during each of the first n periods."""
+    rng, load, loads = np.random.default_rng(seed), mean, []
+    for _ in range(n):
+        loads.append(load)
+        load = min(max(mean + corr * (load - mean) + rng.normal(0.0, std * np.sqrt(1 - corr ** 2)), 0.0),
+                   0.95)
+    return loads
+
+
+@pytest.mark.parametrize("flows", [False, True])
+def test_background_load_is_the_ar1_of_one_draw_per_tick(flows):
+    """The capacity seen mid-period, period by period, is that of the AR(1) written out with one
+    draw per period, bit for bit (past the 256 values of a batch): on an idle line, whose ticks
+    are applied only when it is looked at, and on one that flows start on now and then."""
     mean, std, corr, period = 0.3, 0.2, 0.9, 0.5
     env = simpy.Environment()
     link = Link(env, "wan", 1e9, 0.01)
     seen = []
 
     def watch():
+        yield env.timeout(period / 2)
         while True:
             seen.append(link.capacity_Bps)
+            if flows and len(seen) % 37 == 0:
+                link.send(3e8, lambda: None)
             yield env.timeout(period)
 
-    env.process(background_load(env, link, mean=mean, std=std, period_s=period, correlation=corr,
-                                rng=np.random.default_rng(11), daemons=Daemons(env)))
-    env.process(watch())                 # after each tick, at the same times
+    Background(env, link, mean=mean, std=std, period_s=period, correlation=corr,
+                   rng=np.random.default_rng(11), daemons=Daemons(env))
+    env.process(watch())
     env.run(until=600 * period)
-    rng, load, want = np.random.default_rng(11), mean, []
-    for _ in range(600):
-        want.append(link.bandwidth_Bps * (1.0 - load))
-        load = min(max(mean + corr * (load - mean) + rng.normal(0.0, std * np.sqrt(1 - corr ** 2)), 0.0),
-                   0.95)
-    assert seen == want
+    assert seen == [link.bandwidth_Bps * (1.0 - load) for load in _ar1(mean, std, corr, 11, 600)]
+
+
+def test_an_idle_line_schedules_no_background_ticks():
+    """Ten thousand periods with one flow: the ticks run as events only while it is in flight."""
+    env = simpy.Environment()
+    link = Link(env, "wan", 1e9, 0.01)
+    Background(env, link, mean=0.3, std=0.2, period_s=1.0, correlation=0.9,
+                   rng=np.random.default_rng(1), daemons=Daemons(env))
+    env.timeout(5000.5).callbacks.append(lambda _e: link.send(2e9, lambda: None))   # ~3 s at 0.7 GB/s
+    env.timeout(20_000)                     # the run is not over (only daemons left would end it)
+    events = 0
+    while env.peek() < 10_000:
+        env.step()
+        events += 1
+    assert events < 20                      # not one a period: ~10 around the flow
+    env.run(until=10_000.5)                 # the line looked at again, 10,000 ticks on
+    assert link.capacity_Bps == link.bandwidth_Bps * (1.0 - _ar1(0.3, 0.2, 0.9, 1, 10_001)[-1])
+
+@pytest.mark.parametrize("period_s", [0.5, 2.0])
+@pytest.mark.parametrize("sample_s", [0.5, 1.0, 2.0, 3.0, 4.0])
+@pytest.mark.parametrize("roles,pdd", [((("prefill", 1), ("decode", 1)), None),
+                                       ((("prefill", 1), ("relay", 1), ("decode", 1)),
+                                        {"path_policy": "oracle"})])
+def test_a_lazy_background_gives_the_run_a_tick_per_period_gives(make_config, period_s, sample_s,
+                                                                 roles, pdd):
+    """A run whose WAN is often idle, against the same run with the ticks forced every period (a
+    stuck handler installed: see Background): the same requests, time series and summary,
+    with the sampler's ticks on the WAN's and between them, arrivals on whole seconds, and a
+    router that reads what the background leaves."""
+    overrides = {"observe__sample_s": sample_s}
+    if pdd is not None:
+        overrides["pdd"] = pdd
+    cfg = make_config(roles=roles, two_clusters=True, **overrides,
+                      wan={"bandwidth_gbps": 10, "rtt_ms": 20,
+                           "background": {"mean": 0.3, "std": 0.2, "period_s": period_s}})
+    w = poisson_workload(60, 0.2, 3000, 40, seed=4)
+    w.requests[:] = [replace(r, arrival_s=float(round(r.arrival_s))) for r in w.requests]
+
+    def always_tick(env, dep, _pipeline):
+        dep.daemons.stuck = env.event()
+
+    built = []
+    lazy = simulate(cfg, w, on_built=lambda _env, dep, _pipeline: built.append(dep))
+    ticking = simulate(cfg, w, on_built=always_tick)
+    assert not built[0].wan.background.exact          # it went idle and was re-armed
+    assert lazy.requests.equals(ticking.requests)
+    assert lazy.timeseries.equals(ticking.timeseries)
+    drop = {"wall_s"}
+    assert {k: v for k, v in lazy.summary.items() if k not in drop} == \
+        {k: v for k, v in ticking.summary.items() if k not in drop}

@@ -179,7 +179,7 @@ def test_the_block_map_built_late_is_what_the_members_in_service_hold(make_confi
     assert all(inst.cache.on_added is None for inst in pool.routing.members)
 
     def truth(block):
-        return {pool.routing.position(inst) for inst in pool if block in inst.cache}
+        return {pool.routing.position(inst) for inst in pool if block in inst.cache.blocks()}
 
     blocks = {b for chain in chains for b in chain}
     assert {b: pool.routing.holders(b) for b in blocks} == {b: truth(b) for b in blocks}

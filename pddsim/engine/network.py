@@ -12,10 +12,12 @@ Delivery happens one-way latency after the last byte leaves. A fabric is a set o
 from __future__ import annotations
 
 import heapq
-from math import inf
+from math import inf, nextafter
 from typing import Callable, Protocol
 
 import numpy as np
+import simpy
+from simpy.events import URGENT
 
 from pddsim.engine.daemons import Daemons
 
@@ -49,7 +51,8 @@ class Link:
         self.name = name
         self.observer = observer
         self.bandwidth_Bps = bandwidth_Bps
-        self.capacity_Bps = bandwidth_Bps    # what background load and faults leave for our flows
+        self._capacity = bandwidth_Bps       # what background load and faults leave for our flows
+        self.background: Background | None = None   # other traffic, when there is any
         self.scale = 1.0                     # the share of the line in service (faults)
         self._left_Bps = bandwidth_Bps       # what background load leaves
         self.latency_s = latency_s
@@ -68,6 +71,8 @@ class Link:
     # -- public -----------------------------------------------------------------------------
     def send(self, nbytes: float, on_delivered: Callable[[], None]) -> Flow:
         """Start a flow of `nbytes`; `on_delivered` runs when its last byte arrives."""
+        if nbytes > 0 and self.background is not None:
+            self.background.resume()
         self._advance()
         flow = Flow(float(nbytes), self._mark, on_delivered)
         self.flows_started += 1
@@ -98,28 +103,40 @@ class Link:
     def flows_in_flight(self) -> int:
         return self._active
 
+    @property
+    def capacity_Bps(self) -> float:
+        """What background load and faults leave for our flows now (a background tick due at this
+        very instant counted only once something acts on the line: see `Background`)."""
+        if self.background is not None:
+            self.background.catch_up(-inf)
+        return self._capacity
+
     def set_capacity(self, capacity_Bps: float) -> None:
         """What other traffic leaves of the line (background load)."""
         if capacity_Bps == self._left_Bps:   # no rate moves: no rounding may either
             return
         self._advance()
         self._left_Bps = capacity_Bps
-        self.capacity_Bps = capacity_Bps * self.scale
+        self._capacity = capacity_Bps * self.scale
         self._reschedule()
 
     def set_scale(self, scale: float) -> None:
         """Run the line at `scale` of its capacity (a degraded line; 0: down, its flows stall)."""
         if scale == self.scale:              # no rate moves (a factor-1 degradation): no rounding may
             return
+        if self.background is not None:
+            self.background.catch_up(inf)
         self._advance()
         self.scale = scale
-        self.capacity_Bps = self._left_Bps * scale
+        self._capacity = self._left_Bps * scale
         self._reschedule()
 
     def expected_transfer_s(self, nbytes: float, *, nominal: bool = True) -> float:
         """The time `nbytes` would take at the share a new flow would get now: at the line rate
         (what a router knows) or, with nominal=False, at what other traffic leaves (an oracle)."""
-        share = (self.bandwidth_Bps if nominal else self.capacity_Bps) / (self._active + 1)
+        if not nominal and self.background is not None:
+            self.background.catch_up(inf)
+        share = (self.bandwidth_Bps if nominal else self._capacity) / (self._active + 1)
         if self.flow_cap_Bps is not None:
             share = min(share, self.flow_cap_Bps)
         if share <= 0:                       # the line is down (an oracle knows)
@@ -142,7 +159,7 @@ class Link:
         if not self._active:
             self._rate = 0.0
             return
-        rate = self.capacity_Bps / self._active
+        rate = self._capacity / self._active
         if self.flow_cap_Bps is not None and self.flow_cap_Bps < rate:
             rate = self.flow_cap_Bps
         self._rate = rate
@@ -450,17 +467,117 @@ def normal_draws(rng: np.random.Generator, scale: float, per_draw: int = SHOCKS_
         yield from rng.normal(0.0, scale, per_draw).tolist()
 
 
-def background_load(env, link: Link, *, mean: float, std: float, period_s: float,
-                    correlation: float, rng: np.random.Generator, daemons: Daemons):
-    """Process: every `period_s` the share of the link taken by other traffic moves (AR(1) around
-    `mean`, clipped to [0, 0.95]); our flows share what is left. This is what turns a 1-second WAN
-    transfer into a 20-second one. A daemon: it stops ticking once only daemons are left.
-    `rng` is this process's own."""
-    load = mean
-    shocks = normal_draws(rng, std * np.sqrt(1.0 - correlation ** 2))
-    while True:
-        link.set_capacity(link.bandwidth_Bps * (1.0 - load))
-        yield daemons.sleep(period_s)
-        if not daemons.keep_going():
+class Background:
+    """Other traffic's share of a link: every `period_s` it moves (AR(1) around `mean`, clipped to
+    [0, 0.95]) and our flows share what is left. This is what turns a 1-second WAN transfer into a
+    20-second one. `rng` is its own. A daemon (`engine/daemons.py`): it stops once only daemons
+    are left.
+
+    It ticks as SimPy events only while the link carries flows, or while a run's stuck handler is
+    installed (with faults, a stuck run is found at a daemon's tick, this one's included). On an
+    idle link no tick is scheduled: the ticks missed are applied when something looks (a flow
+    starts, the capacity is read, a fault scales the line), one draw each in the same order, so
+    every capacity is the one a tick per period gives, bit for bit.
+
+    Same-instant order: a tick due at the instant of a look came first if it was scheduled (at
+    the tick before it, `since`) no later than the looking event was (`looked_from`; a flow or a
+    router looks from an event scheduled within the last period, the sampler from its own last
+    tick). A tick scheduled again after the link was idle (`resume`) gets its event id then, later
+    than a tick per period would have, and so may every tick after it: from then on, a look at a
+    tick's instant that came after the tick applies it (`early`), and the tick event only
+    schedules the next."""
+
+    __slots__ = ("env", "link", "mean", "correlation", "period_s", "daemons", "load", "since",
+                 "due", "ticking", "exact", "early", "stopped", "_shocks")
+
+    def __init__(self, env, link: Link, *, mean: float, std: float, period_s: float,
+                 correlation: float, rng: np.random.Generator, daemons: Daemons):
+        self.env = env
+        self.link = link
+        self.mean = mean
+        self.correlation = correlation
+        self.period_s = period_s
+        self.daemons = daemons
+        self.load = mean
+        self.since = 0.0                     # when the tick before `due` was (or would have been)
+        self.due = 0.0                       # when the next tick is
+        self.ticking = False                 # the next tick is scheduled as an event
+        self.exact = True                    # ticks are in the order a tick per period gives
+        self.early = False                   # ... and a look has applied it already
+        self.stopped = False                 # a daemon's end: only daemons were left
+        self._shocks = normal_draws(rng, std * np.sqrt(1.0 - correlation ** 2))
+        link.background = self
+        start = env.event()                  # at time 0, urgent: as a process would start
+        start._ok, start._value = True, None
+        start.callbacks.append(self._start)
+        env.schedule(start, URGENT)
+
+    def _start(self, _event: simpy.Event) -> None:
+        self._set()
+        self.due = self.period_s
+        self._sleep(self.period_s)
+
+    def _set(self) -> None:
+        link = self.link
+        link.set_capacity(link.bandwidth_Bps * (1.0 - self.load))
+
+    def _step(self) -> None:
+        """One period's move of the load."""
+        mean = self.mean
+        self.load = min(max(mean + self.correlation * (self.load - mean) + next(self._shocks), 0.0),
+                        0.95)
+
+    def _sleep(self, delay: float) -> None:
+        self.ticking = True
+        self.daemons.sleep(delay).callbacks.append(self._tick)
+
+    def _tick(self, _event: simpy.Event) -> None:
+        self.ticking = False
+        if not self.daemons.keep_going():
+            self.stopped = True
             return
-        load = min(max(mean + correlation * (load - mean) + next(shocks), 0.0), 0.95)
+        if self.early:                       # a look at this instant applied it
+            self.early = False
+        else:
+            self._step()
+            self._set()
+        now = self.env.now
+        self.since, self.due = now, now + self.period_s
+        if self.link._active or self.daemons.stuck is not None:
+            self._sleep(self.period_s)
+        # else idle: the next ticks wait for a look
+
+    def catch_up(self, looked_from: float) -> None:
+        """Apply the ticks due before now, and the one due now if it came before the look (see
+        the class; -inf leaves a tie to the next look)."""
+        if self.stopped:
+            return
+        now, since, due = self.env.now, self.since, self.due
+        if self.ticking:
+            if due == now and since <= looked_from and not self.exact and not self.early:
+                self._step()
+                self._set()
+                self.early = True
+            return
+        if due > now or (due == now and since > looked_from):
+            return
+        period = self.period_s
+        while due < now or (due == now and since <= looked_from):
+            self._step()
+            since, due = due, due + period
+        self.since, self.due = since, due
+        self._set()
+
+    def resume(self) -> None:
+        """A flow starts on the link: tick as events again (from the next tick due) if idle."""
+        self.catch_up(inf)
+        if self.ticking or self.stopped:
+            return
+        now, due = self.env.now, self.due
+        delay = due - now                    # a delay SimPy adds up to exactly `due`
+        while now + delay < due:
+            delay = nextafter(delay, inf)
+        while now + delay > due:
+            delay = nextafter(delay, -inf)
+        self._sleep(delay)
+        self.exact = False

@@ -1,12 +1,15 @@
 """Prefix cache over prefix-chained block hashes: a radix tree of path-compressed nodes.
 
 Because `hash_ids[i]` names the whole prefix up to block i, a block hash says where it sits in
-the tree: a lookup is a binary search over the chain against the set of resident blocks, and a
-node is found from its first block alone. A node holds a run of consecutive blocks of one chain
-with one pin count, so pinning, unpinning and refreshing the recency of a prefix cost one step
-per node on its path, not per block (Agent contexts run to thousands of blocks, re-sent every
-turn). A node is split where an operation stops inside it, and merged back into its only child
-when both become evictable together, so an Agent session's context stays a node or two.
+the tree, and two chains that differ at a block differ at every block after it. A node holds a run
+of consecutive blocks of one chain with one pin count, as a range of a chain that passes through
+it (block i of every chain sits at index i): it is found from its first block alone, and a lookup
+walks the nodes of the chain's path, one comparison per node (the node's last block) and a binary
+search in the node where the chain leaves the tree. So looking up, inserting, pinning, unpinning,
+refreshing and evicting a prefix cost a step per node on its path, not per block (Agent contexts
+run to thousands of blocks, re-sent every turn); only the hooks below, when set, see blocks. A node
+is split where an operation stops inside it, and merged back into its only child when both become
+evictable together (an index change each), so an Agent session's context stays a node or two.
 
 Eviction is least-recently-used at block granularity. Recency is refreshed leaf first, so a
 block is never older than the blocks below it, and the blocks of a node sit together in the LRU
@@ -23,7 +26,7 @@ which cache holds which block keeps itself current through them).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 from pddsim.intmath import ceil_div
 
@@ -31,25 +34,30 @@ BlocksHook = Callable[[Sequence[int]], None]
 
 
 class _Node:
-    """A run of consecutive resident blocks of one chain, pinned `pins` times, below `parent`
-    (None: the root), with `children` nodes below its last block."""
+    """The resident blocks `chain[lo:hi]` of a chain through it (indices are depths), pinned
+    `pins` times, below `parent` (None: the root), with `children` nodes below its last block."""
 
-    __slots__ = ("blocks", "block_tokens", "pins", "parent", "children")
+    __slots__ = ("chain", "lo", "hi", "block_tokens", "pins", "parent", "children")
 
-    def __init__(self, blocks: list[int], block_tokens: int, pins: int, parent: _Node | None,
-                 children: int = 0):
-        self.blocks = blocks
+    def __init__(self, chain: tuple[int, ...], lo: int, hi: int, block_tokens: int, pins: int,
+                 parent: _Node | None, children: int = 0):
+        self.chain = chain
+        self.lo = lo
+        self.hi = hi
         self.block_tokens = block_tokens
         self.pins = pins
         self.parent = parent
         self.children = children
+
+    def tokens(self) -> int:
+        return (self.hi - self.lo) * self.block_tokens
 
 
 class PrefixCache:
     """Resident prefix blocks of one instance, bounded by `capacity_tokens` (None: unbounded)."""
 
     __slots__ = ("capacity_tokens", "used_tokens", "pinned_tokens", "on_added", "on_removed",
-                 "_resident", "_heads", "_lru", "_root")
+                 "_heads", "_lru", "_root")
 
     def __init__(self, capacity_tokens: int | None):
         self.capacity_tokens = capacity_tokens
@@ -57,33 +65,39 @@ class PrefixCache:
         self.pinned_tokens = 0                           # resident tokens pinned at least once
         self.on_added: BlocksHook | None = None          # called with blocks made resident
         self.on_removed: BlocksHook | None = None        # called with blocks evicted
-        self._resident: set[int] = set()                 # every resident block
         self._heads: dict[int, _Node] = {}               # first block of a node -> the node
         self._lru: OrderedDict[_Node, None] = OrderedDict()  # unpinned nodes, oldest first
-        self._root = _Node([], 0, 0, None)               # parent of the nodes at depth 0
+        self._root = _Node((), 0, 0, 0, 0, None)         # parent of the nodes at depth 0
 
     @property
     def evictable_tokens(self) -> int:
         return self.used_tokens - self.pinned_tokens
 
-    def __contains__(self, block: int) -> bool:
-        return block in self._resident
-
-    def blocks(self) -> Iterable[int]:
-        """Every resident block."""
-        return self._resident
+    def blocks(self) -> list[int]:
+        """Every resident block (a step per block: for the hooks' index and for checks)."""
+        return [b for node in self._heads.values() for b in node.chain[node.lo:node.hi]]
 
     def match(self, hash_ids: Sequence[int]) -> int:
         """Number of leading blocks of the chain that are resident (no side effects)."""
-        resident = self._resident
-        lo, hi = 0, len(hash_ids)
-        while lo < hi:                          # first non-resident index
-            mid = (lo + hi) // 2
-            if hash_ids[mid] in resident:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        heads, depth, n = self._heads, 0, len(hash_ids)
+        while depth < n:
+            node = heads.get(hash_ids[depth])
+            if node is None:
+                return depth
+            chain, shift = node.chain, node.lo - depth
+            end = depth + node.hi - node.lo
+            if end <= n and chain[node.hi - 1] == hash_ids[end - 1]:
+                depth = end                     # the whole node: on to its child
+                continue
+            lo, hi = depth + 1, min(end, n)     # the chain leaves the tree in this node
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if chain[mid + shift] == hash_ids[mid]:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return lo
+        return depth
 
     def pin(self, hash_ids: Sequence[int], n_blocks: int) -> None:
         """Mark the first `n_blocks` (resident) blocks as in use: they cannot be evicted.
@@ -94,7 +108,7 @@ class PrefixCache:
         for node in self._path(hash_ids, n_blocks):
             if node.pins == 0:
                 del lru[node]
-                self.pinned_tokens += len(node.blocks) * node.block_tokens
+                self.pinned_tokens += node.tokens()
             node.pins += 1
 
     def unpin(self, hash_ids: Sequence[int], n_blocks: int) -> None:
@@ -104,7 +118,7 @@ class PrefixCache:
             node.pins -= 1
             if node.pins == 0:
                 lru[node] = None
-                self.pinned_tokens -= len(node.blocks) * node.block_tokens
+                self.pinned_tokens -= node.tokens()
                 below = self._merge(node, below)
             else:       # pinned by another request: simply left out of the LRU list
                 below = None
@@ -125,12 +139,12 @@ class PrefixCache:
         if have < len(hash_ids):
             parent = path[-1] if path else self._root
             parent.children += 1
-            new = _Node(list(hash_ids[have:]), block_tokens, 0, parent)
+            chain = hash_ids if isinstance(hash_ids, tuple) else tuple(hash_ids)
+            new = _Node(chain, have, len(chain), block_tokens, 0, parent)
             path.append(new)
-            self._heads[hash_ids[have]] = new
-            self._resident.update(new.blocks)
+            self._heads[chain[have]] = new
             self._lru[new] = None
-            self.used_tokens += len(new.blocks) * block_tokens
+            self.used_tokens += new.tokens()
         self._refresh(path)
         cap = self.capacity_tokens
         if limit is not None and (cap is None or limit < cap):
@@ -156,11 +170,11 @@ class PrefixCache:
     def clear(self) -> None:
         """Forget every block, pinned or not (the instance lost its memory); `on_removed` hears
         them all."""
-        if self._resident and self.on_removed is not None:
-            self.on_removed(list(self._resident))
+        if self._heads and self.on_removed is not None:
+            self.on_removed(self.blocks())
         self.used_tokens = self.pinned_tokens = 0
-        self._resident, self._heads, self._lru = set(), {}, OrderedDict()
-        self._root = _Node([], 0, 0, None)
+        self._heads, self._lru = {}, OrderedDict()
+        self._root = _Node((), 0, 0, 0, 0, None)
 
     # -- internals ----------------------------------------------------------------------------
     def _path(self, hash_ids: Sequence[int], n_blocks: int) -> list[_Node]:
@@ -169,9 +183,9 @@ class PrefixCache:
         heads, path, depth = self._heads, [], 0
         while depth < n_blocks:
             node = heads[hash_ids[depth]]
-            depth += len(node.blocks)
+            depth += node.hi - node.lo
             if depth > n_blocks:
-                node = self._split(node, len(node.blocks) - (depth - n_blocks))
+                node = self._split(node, node.hi - node.lo - (depth - n_blocks))
             path.append(node)
         return path
 
@@ -179,11 +193,11 @@ class PrefixCache:
         """Cut `node` after its first `k` blocks; returns the new upper node. The lower part keeps
         the node (its place in the LRU list: its blocks are the older ones); the upper part joins
         the LRU list's end if unpinned, for the caller to refresh or pin at once."""
-        upper = _Node(node.blocks[:k], node.block_tokens, node.pins, node.parent, 1)
+        upper = _Node(node.chain, node.lo, node.lo + k, node.block_tokens, node.pins, node.parent, 1)
         node.parent = upper
-        del node.blocks[:k]
-        self._heads[upper.blocks[0]] = upper
-        self._heads[node.blocks[0]] = node
+        node.lo += k
+        self._heads[node.chain[upper.lo]] = upper
+        self._heads[node.chain[node.lo]] = node
         if upper.pins == 0:
             self._lru[upper] = None
         return upper
@@ -205,29 +219,26 @@ class PrefixCache:
         if below is None or node.children != 1 or below.block_tokens != node.block_tokens:
             return node
         heads = self._heads
-        del heads[below.blocks[0]]
-        below.blocks = node.blocks + below.blocks
-        heads[below.blocks[0]] = below
+        del heads[below.chain[below.lo]]
+        below.lo = node.lo                      # its chain passes through `node`'s blocks too
+        heads[below.chain[below.lo]] = below
         below.parent = node.parent
         del self._lru[node]
         return below
 
     def _drop(self, node: _Node, k: int, announce: bool) -> int:
         """Remove up to `k` deepest blocks of the LRU front `node`; returns the tokens freed."""
-        blocks = node.blocks
-        gone = blocks[-k:] if k < len(blocks) else blocks
-        self._resident.difference_update(gone)
+        k = min(k, node.hi - node.lo)
         if announce and self.on_removed is not None:
-            self.on_removed(gone)
-        if gone is blocks:
-            del self._heads[blocks[0]]
+            self.on_removed(node.chain[node.hi - k:node.hi])
+        node.hi -= k
+        if node.hi == node.lo:
+            del self._heads[node.chain[node.lo]]
             self._lru.popitem(last=False)
             parent = node.parent
             assert parent is not None          # the root is never dropped
             parent.children -= 1
-        else:
-            del blocks[-k:]
-        return len(gone) * node.block_tokens
+        return k * node.block_tokens
 
     def _trim(self, new: _Node | None, resident: int, cap: int) -> int:
         """Evict from the LRU front until `cap` holds; returns how many blocks of the inserted
@@ -244,7 +255,7 @@ class PrefixCache:
         while used > cap:
             node = next(iter(lru))
             fresh = node is new or resident < total    # never resident as far as callers know
-            k = min(len(node.blocks), ceil_div(used - cap, node.block_tokens))
+            k = min(node.hi - node.lo, ceil_div(used - cap, node.block_tokens))
             used -= self._drop(node, k, not fresh)
             if fresh:
                 resident -= k

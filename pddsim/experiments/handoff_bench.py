@@ -3,7 +3,7 @@ either by shipping its incremental KV over the WAN or by sending its token IDs a
 their KV in one extend step of the MD's running batch.
 
 Both ways run in one SimPy environment on the project's own mechanisms: a `Link` whose capacity
-the `background_load` process moves, bulk KV transfers of other requests sharing it, and the
+its `Background` moves, bulk KV transfers of other requests sharing it, and the
 `Roofline` iteration model for the MD. Runs are spaced apart by random idle gaps, so each one sees
 a fresh draw of the WAN's state and lands at a random point of the MD's current iteration.
 

@@ -14,7 +14,7 @@ from pddsim.config import Config, InstanceGroup, LinkConfig, RdmaConfig
 from pddsim.engine.daemons import Daemons
 from pddsim.engine.instance import Instance
 from pddsim.engine.multi_token import MultiToken
-from pddsim.engine.network import Fabric, FabricFlow, Flow, FlowObserver, Link, background_load
+from pddsim.engine.network import Background, Fabric, FabricFlow, Flow, FlowObserver, Link
 from pddsim.engine.perf import PERF_MODELS
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.errors import InputError
@@ -150,9 +150,8 @@ def make_link(env, name: str, lc: LinkConfig, rng: np.random.Generator,
                 None if lc.flow_cap_gbps is None else lc.flow_cap_gbps * GBIT, observer)
     if lc.background is not None:
         b = lc.background
-        env.process(background_load(env, link, mean=b.mean, std=b.std, period_s=b.period_s,
-                                    correlation=b.correlation, rng=rng,
-                                    daemons=daemons or Daemons(env)))
+        Background(env, link, mean=b.mean, std=b.std, period_s=b.period_s,
+                   correlation=b.correlation, rng=rng, daemons=daemons or Daemons(env))
     return link
 
 
