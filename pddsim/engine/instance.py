@@ -7,8 +7,7 @@ run in closed form, and a request's tokens are derived arithmetically: it record
 index at which it joined, and on leaving it has produced (now - join) tokens. A request arriving
 mid-segment cuts the segment at the next iteration boundary: new work joins a batch only there, as
 in a real engine. (Callbacks rather than a generator process: no generator is resumed, nor an
-interrupt thrown into one, at every segment; a cut moves the run's end in the event queue, so
-no event is left behind: `movable`.)
+interrupt thrown into one, at every segment; a cut reschedules the run's end where it happens.)
 
 Work on an instance is uniform: `prefill_left` tokens to compute (a prompt, a recompute after
 preemption, or the token IDs of an extend-decode handoff), whose last chunk yields one token, then
@@ -38,7 +37,6 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import simpy
 from simpy.events import URGENT
 
-from pddsim.engine import movable
 from pddsim.engine.job import Job
 from pddsim.engine.multi_token import MultiToken
 from pddsim.engine.network import Flow, Link
@@ -120,7 +118,7 @@ class Instance:
         "_pinned", "_shared", "_loading", "_loads", "waiting", "prefilling", "held",
         "iters", "_ctx_base", "_finish_heap", "_decoders", "_joined", "_at_boundary", "_seq",
         "_seg_end", "_seg_max", "_segment", "_in_flight", "pending_prefill_tokens", "inbound_tokens",
-        "waiting_tokens", "_wake", "_cut_event", "_end", "_promises", "_promised", "_stall_s",
+        "waiting_tokens", "_wake", "_cut_event", "_promises", "_promised", "_stall_s",
         "_memory_short", "_spec", "most_tokens_per_iteration",
     )
 
@@ -198,7 +196,6 @@ class Instance:
         self.waiting_tokens = 0
         self._wake: simpy.Event | None = None
         self._cut_event: _Urgent | None = None   # a cut at a boundary that is now, pending
-        self._end: movable.Entry | None = None   # the segment in flight's end, in the queue
         self._promises: dict[Job, int] = {}   # `reserve`: each admitted request's whole length
         self._promised = 0                    # and their sum
         self._stall_s = 0.0                   # `prefill_first`: decoders paused since their last token
@@ -417,8 +414,7 @@ class Instance:
                 continue
             self._in_flight = seg
             self._changed()
-            self._end = end = movable.timeout(env, seg.seconds)
-            self._wait(end[3], self._segment_done)
+            self._wait(env.timeout(seg.seconds), self._segment_done)
             return
 
     def _cut(self, urgent: simpy.Event | None = None) -> None:
@@ -435,13 +431,12 @@ class Instance:
             self._cut_event = _Urgent(self.env, self._cut)
             return
         self._cut_event = None
+        self._pending.callbacks.remove(self._segment_done)
         seg.k, seg.seconds = k, elapsed
-        assert self._end is not None
-        if elapsed > done_s:                  # the run's end moves: no event is left behind
+        if elapsed > done_s:
             self._changed()
-            self._end = movable.move(self.env, self._end, elapsed - done_s)
+            self._wait(self.env.timeout(elapsed - done_s), self._segment_done)
         else:
-            movable.withdraw(self.env, self._end)
             self._segment_done(urgent)
 
     def _segment_done(self, _event: simpy.Event | None) -> None:
