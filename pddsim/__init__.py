@@ -16,7 +16,11 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from pddsim.build import pure_requested, use_sources
 from pddsim.version import __version__ as __version__
+
+if pure_requested():        # PDDSIM_PURE=1: the interpreted build, even where a compiled one is
+    use_sources()
 
 if TYPE_CHECKING:  # `X as X`: re-exported
     from pddsim.config import AgentSpec as AgentSpec

@@ -8,7 +8,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pddsim"
 
 # Each layer may import itself and the layers listed before it.
 LAYERS = [
-    {"errors", "intmath", "version", "schema", "catalog", "config"},
+    {"errors", "intmath", "version", "build", "schema", "catalog", "config"},
     {"engine"},
     {"workload"},
     {"system"},

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 import simpy
 import yaml
+from test_instance import utilization_for
 
 from pddsim import catalog
 from pddsim.cli import main
@@ -17,7 +18,6 @@ from pddsim.engine.request import Request
 from pddsim.sim import load_workload, simulate
 from pddsim.workload.model import TraceRequest, Workload
 from pddsim.workload.synthetic import poisson_workload
-from tests.test_instance import utilization_for
 
 BASE, PER_TOKEN, PER_KV = 0.01, 1e-4, 1e-6
 

@@ -108,7 +108,7 @@ def test_reserve_admission_waits_for_the_whole_length_and_never_preempts(make_co
     """KV for 2,448 tokens; each request needs 600 + 600. Optimistic admission takes all three
     prompts (1,824 tokens in 16-token blocks) and must preempt as they grow; a no-evict engine
     admits two (2 x 1,200) and the third waits until one has finished."""
-    from tests.test_instance import utilization_for as capacity_for
+    from test_instance import utilization_for as capacity_for
     knobs = {"concurrency": 3, "isl": 600, "osl": 600, "requests": 3, "warmup": 0}
     common = {"batching": {"memory_utilization": capacity_for(2448), "kv_block_tokens": 16}}
     optimistic = run(bench_config(make_config, knobs, **common))
@@ -128,7 +128,7 @@ def test_prefill_first_pauses_the_decoders(make_config):
     def config(**kw):
         raw = make_config(roles=(("colocated", 1),), **kw).model_dump(exclude={"base_dir"})
         return from_dict(raw, "test")
-    from tests.conftest import workload
+    from conftest import workload
     w = workload((0.0, 100, 50), (0.1, 5000, 2))
     mixed = simulate(config(), w).requests
     first = simulate(config(perf__scheduler="prefill_first"), w).requests
@@ -143,7 +143,7 @@ def test_whole_prompt_packing_never_splits_a_prompt_it_can_defer(make_config):
     """Budget 2,000: packed, three 900-token prompts fill two iterations as 900+900+200 then 700;
     whole, 900+900 then 900: the third prompt's first token comes one iteration later, but
     it is never chunked (each iteration 10 ms + 10 us a token)."""
-    from tests.conftest import workload
+    from conftest import workload
     w = workload((0.0, 900, 1), (0.0, 900, 1), (0.0, 900, 1))
 
     def ttfts(packing):
@@ -182,7 +182,7 @@ def test_a_reserving_engine_that_preempted_reserves_whole_lengths_from_then_on(m
     """Reserving a third of each output lets three 600 + 600 requests into 2,448 tokens; they
     outgrow it, the newest is preempted once, and from then on whole lengths are reserved: one
     preemption, not one per readmission."""
-    from tests.test_instance import utilization_for
+    from test_instance import utilization_for
     knobs = {"concurrency": 3, "isl": 600, "osl": 600, "requests": 9, "warmup": 0}
     result = run(bench_config(make_config, knobs, perf__admission="reserve", perf__reserve_share=0.3,
                               batching={"memory_utilization": utilization_for(2448),

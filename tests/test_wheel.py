@@ -1,6 +1,8 @@
 """`pip install .` (not editable) gives a working `pddsim`: the bundled scenarios and the default
 trace ship inside the wheel. Built from a copy of the sources, installed into a fresh venv outside
-the repository that borrows this environment's dependencies, run from an unrelated directory."""
+the repository that borrows this environment's dependencies, run from an unrelated directory. The
+wheel is the interpreted build (PDDSIM_PURE=1 at build time): what it ships is the same, and the
+compiled engine's results are tests/test_compiled.py's."""
 import json
 import os
 import re
@@ -17,12 +19,12 @@ import pddsim
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "pddsim", "configs", "traces")
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "pddsim", "configs", "traces")
 
 
 def run(*argv, cwd=None) -> subprocess.CompletedProcess:
     """Without PYTHONPATH: the installed package must be what runs, not a checkout on the path."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PDDSIM_PURE": "1"}
     return subprocess.run([str(a) for a in argv], cwd=cwd, capture_output=True, text=True,
                           check=True, env=env)
 
@@ -33,7 +35,8 @@ def installed(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"          # a clean copy: an in-tree build/ could leak stale modules
     shutil.copytree(ROOT, src, ignore=lambda d, names: [
-        n for n in names if Path(d) == ROOT and n not in SOURCES or n == "__pycache__"])
+        n for n in names if Path(d) == ROOT and n not in SOURCES or n == "__pycache__"
+        or n.endswith(".so")])
     run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
         "-w", tmp / "dist", src)
     wheel, = (tmp / "dist").glob("pddsim-*.whl")

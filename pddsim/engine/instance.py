@@ -35,7 +35,6 @@ from math import ceil, inf, nextafter
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import simpy
-from simpy.events import URGENT
 
 from pddsim.engine.job import Job
 from pddsim.engine.multi_token import MultiToken
@@ -43,22 +42,11 @@ from pddsim.engine.network import Flow, Link
 from pddsim.engine.perf import DecodeRun, chunk_attention_pairs
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.engine.request import PREFILL, RECOMPUTE, Request
+from pddsim.engine.urgent import Urgent
 from pddsim.intmath import ceil_div
 
 if TYPE_CHECKING:   # the engine reads a config's batching limits; it needs no config code
     from pddsim.config import Batching
-
-
-class _Urgent(simpy.Event):
-    """Calls `callback` at this instant before the events already due now, as SimPy starts a
-    process: the instance's loop starts there, and so does the end of a run cut at a boundary
-    that is now (never inside the caller that cut it)."""
-
-    def __init__(self, env: simpy.Environment, callback: Callable[[simpy.Event], None]):
-        super().__init__(env)
-        self._ok, self._value = True, None
-        self.callbacks.append(callback)
-        env.schedule(self, URGENT)
 
 
 class Segment:
@@ -168,7 +156,7 @@ class Instance:
         self._spec = multi_token
         self.most_tokens_per_iteration = 1 if multi_token is None else multi_token.k + 1
         self._empty()
-        self._pending: simpy.Event = _Urgent(env, self._step)   # what the loop continues from
+        self._pending: simpy.Event = Urgent(env, self._step)   # what the loop continues from
 
     def _empty(self) -> None:
         """The engine's state of an instance serving nothing (at start, and after a restart)."""
@@ -195,7 +183,7 @@ class Instance:
         self.inbound_tokens = 0               # prompts whose KV is on its way here (the pipeline's)
         self.waiting_tokens = 0
         self._wake: simpy.Event | None = None
-        self._cut_event: _Urgent | None = None   # a cut at a boundary that is now, pending
+        self._cut_event: Urgent | None = None   # a cut at a boundary that is now, pending
         self._promises: dict[Job, int] = {}   # `reserve`: each admitted request's whole length
         self._promised = 0                    # and their sum
         self._stall_s = 0.0                   # `prefill_first`: decoders paused since their last token
@@ -220,7 +208,7 @@ class Instance:
 
     def restart(self) -> None:
         """Back in service after a crash, serving nothing, its cache empty."""
-        self._pending = _Urgent(self.env, self._step)
+        self._pending = Urgent(self.env, self._step)
 
     # -- what routers see ---------------------------------------------------------------------
     @property
@@ -428,7 +416,7 @@ class Instance:
         k = run.cut(done_s)
         elapsed = run.elapsed(k)
         if elapsed <= done_s and urgent is None:
-            self._cut_event = _Urgent(self.env, self._cut)
+            self._cut_event = Urgent(self.env, self._cut)
             return
         self._cut_event = None
         self._pending.callbacks.remove(self._segment_done)

@@ -5,6 +5,7 @@ Off, none of this runs: the plain SimPy environment is used and the links have n
 normal run pays nothing. On, every event is followed by a scan of every instance and link, which
 makes a run several times slower: it is meant for tests and for a scenario that looks wrong.
 Nothing here patches a live object: the links are built with a `FlowLog` as their observer.
+Never compiled (pddsim.build.COMPILED leaves it out): `CheckedEnvironment` subclasses SimPy's.
 """
 from __future__ import annotations
 

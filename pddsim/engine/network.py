@@ -131,9 +131,10 @@ class Link:
         self._capacity = self._left_Bps * scale
         self._reschedule()
 
-    def expected_transfer_s(self, nbytes: float, *, nominal: bool = True) -> float:
-        """The time `nbytes` would take at the share a new flow would get now: at the line rate
-        (what a router knows) or, with nominal=False, at what other traffic leaves (an oracle)."""
+    def expected_transfer_s(self, nbytes, *, nominal: bool = True):
+        """The time `nbytes` (a number, or an array of them) would take at the share a new flow
+        would get now: at the line rate (what a router knows) or, with nominal=False, at what
+        other traffic leaves (an oracle)."""
         if not nominal and self.background is not None:
             self.background.catch_up(inf)
         share = (self.bandwidth_Bps if nominal else self._capacity) / (self._active + 1)

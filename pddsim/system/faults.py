@@ -11,8 +11,8 @@ Without `faults` in the config nothing here exists, so a run without faults pays
 """
 from __future__ import annotations
 
-from collections import Counter
-from typing import Callable
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from pddsim.config import Faults, InstanceFault, LinkFault
 from pddsim.engine.request import Request
 from pddsim.system.deployment import Deployment
 from pddsim.system.stages import PREFILL_QUEUE
+
+if TYPE_CHECKING:
+    from pddsim.system.scaling import Elastic
 
 STALLED = "stalled"              # could make no more progress (a line or pool that never came back)
 INSTANCE_FAILED = "instance_failed"     # its instance died more often than it may be re-dispatched
@@ -42,15 +45,15 @@ class FaultInjector:
         self.links = {link.name: link for link in dep.links}
         self._link_factors: dict[str, list[float]] = {name: [] for name in self.links}
         self._link_down_since: dict[str, float | None] = {name: None for name in self.links}
-        self.link_down_s: Counter = Counter()
+        self.link_down_s: defaultdict[str, float] = defaultdict(float)
         self.retries = 0                 # re-dispatches, all requests together
         self.retried: set[int] = set()   # requests re-dispatched at least once
         self.members = dep.members       # every instance built, in service or not
-        self.elastic = None              # the run's Elastic pools, when a group scales
+        self.elastic: Elastic | None = None     # the run's Elastic pools, when a group scales
         self.entry = "colocated" if "colocated" in dep.pools else "prefill"
         self._down: Counter = Counter()            # faults holding each instance down
         self._pool_empty_since: dict[str, float | None] = dict.fromkeys(dep.pools)
-        self.pool_empty_s: Counter = Counter()
+        self.pool_empty_s: defaultdict[str, float] = defaultdict(float)
         self.parked: list[tuple[Request, Callable[[], None]]] = []   # waiting for a pool to have an instance
 
     def start(self) -> None:

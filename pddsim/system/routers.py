@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from itertools import count
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Protocol, Sequence, TypeVar
 
 from pddsim.engine.instance import Instance
 from pddsim.engine.request import Request
@@ -80,7 +80,21 @@ def _queued(inst: Instance) -> int:
     return inst.queued_tokens
 
 
-def least_loaded(instances: Sequence[Instance], work: Callable[[Instance], int]) -> Instance:
+class Loaded(Protocol):
+    """What `least_loaded` reads of an instance, besides its work."""
+
+    @property
+    def kv_load(self) -> int: ...
+    @property
+    def kv_load_floor(self) -> int: ...
+    @property
+    def kv_load_ceiling(self) -> int: ...
+
+
+L = TypeVar("L", bound=Loaded)
+
+
+def least_loaded(instances: Sequence[L], work: Callable[[L], int]) -> L:
     """The first instance with the least `work`, ties broken by the least KV load: the same pick
     as `min` over (work, kv_load) pairs, but the load (a search in a decode run under way) is
     only computed for instances tied on work whose load bounds do not already decide."""
