@@ -7,8 +7,13 @@ import yaml
 
 from pddsim.cli import main
 from pddsim.experiments.capacity import at_load, find_capacity
-from pddsim.experiments.compare import compare, format_comparison, relative_change
-from pddsim.sim import simulate
+from pddsim.experiments.compare import (
+    compare,
+    compare_across_loads,
+    format_comparison,
+    relative_change,
+)
+from pddsim.sim import load_workload, simulate
 from pddsim.workload.synthetic import AgentSpec, agent_workload, poisson_workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -236,3 +241,19 @@ def test_capacity_shows_progress_on_stderr_unless_quiet(config_file, monkeypatch
     assert quiet is not shown
     runs = bar.n / 300                         # write_config's workload: 300 requests a run
     assert runs >= 3     # every run of the search counted (one stopped early: the requests it reached)
+
+
+def test_compare_across_loads_starts_each_loads_own_sessions(make_config):
+    """With sessions started over a horizon, each load replays its own sessions at its rate (the
+    same for every system): the request rate follows the load, and at load 1.0 the first system
+    runs exactly the capacity search's run at capacity."""
+    from test_capacity import horizon_config
+    configs = [horizon_config(make_config, 0.5, roles=(("colocated", n),), per_token=1e-4)
+               for n in (1, 2)]
+    cmp = compare_across_loads(configs, load_workload(configs[0]), [0.5, 1.0], seed=0)
+    (half_one, half_two), (full_one, _) = cmp.summaries
+    assert [p["session_rate_rps"] for p in cmp.points()] == [cmp.capacity.load / 2] * 2 + [
+        cmp.capacity.load] * 2
+    assert half_one["requests_total"] == half_two["requests_total"] < 0.7 * full_one["requests_total"]
+    assert full_one["steady_window_start_s"] == cmp.capacity.result.summary["steady_window_start_s"]
+    assert full_one["ttft_p90_s"] == cmp.capacity.result.summary["ttft_p90_s"]

@@ -17,8 +17,9 @@ from pddsim.experiments.capacity import (
     distinguishable,
     find_capacity,
     load_knob,
+    resample_source,
 )
-from pddsim.sim import prepare_out_dir, simulate
+from pddsim.sim import load_workload, prepare_out_dir, simulate
 from pddsim.workload.model import Workload
 
 ROLE_LETTERS = {"prefill": "P", "decode": "D", "relay": "RLD", "colocated": "C"}
@@ -226,8 +227,20 @@ def compare_across_loads(configs: list[Config], workload: Workload, loads: list[
         raise InputError(f"--loads: the systems' loads are set by different knobs ({sorted(knobs)}): "
                          "give them the same workload.session_start")
     cap = find_capacity(configs[0], workload, seed=seed, on_progress=on_progress)
-    summaries = [[simulate(at_load(cfg, _knob_value(cap, f)), workload, seed,
-                           on_progress=on_progress).summary for cfg in configs] for f in loads]
+    source = resample_source(configs[0]) if cap.knob == "session_rate_rps" else None
+
+    def traffic(fraction: float) -> Workload:
+        """The load's traffic: a horizon workload's sessions started at that rate (the same for
+        every system), else the one workload replayed at the knob's value."""
+        if cap.knob != "session_rate_rps":
+            return workload
+        return load_workload(at_load(configs[0], _knob_value(cap, fraction)), source)
+
+    summaries = []
+    for f in loads:
+        w = traffic(f)
+        summaries.append([simulate(at_load(cfg, _knob_value(cap, f)), w, seed,
+                                   on_progress=on_progress).summary for cfg in configs])
     return LoadComparison(cap, loads, summaries)
 
 
