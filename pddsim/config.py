@@ -496,7 +496,8 @@ class WorkloadConfig(Strict):
         None, gt=0, description="sessions start as a Poisson process at session_rate_rps for this "
         "many seconds (the offered load, and the capacity search's knob): a synthetic Agent "
         "workload generates them (its sessions and session_rate are ignored), any other workload "
-        "is resampled (each start draws one of its sessions, with replacement)")
+        "is resampled (each start draws one of its sessions, with replacement); two rates share "
+        "their sessions, the higher starting them sooner and more of them")
 
     @model_validator(mode="after")
     def _one_source(self):
