@@ -13,6 +13,11 @@ as it can while staying exact:
   the objective, and which a measured point at no more cost already matches (dominated on cost and
   capacity), can neither win nor sit on the Pareto front; both are pruned unrun.
 
+Each point's capacity search starts at a measured neighbour's capacity load (one instance apart,
+from the waves before) instead of the configured rate; it tries the same lattice of loads
+(`pddsim.experiments.capacity.Lattice`), so it finds what a search from scratch would where SLO
+attainment is monotone in the load, in fewer runs.
+
 Points run in waves, alternately the largest (maximal) and the smallest (minimal) of the points
 still open: the largest give the bounds, the smallest the cheap points that dominate. A wave is
 chosen from the measurements of the waves before it only, so which points run, and every number,
