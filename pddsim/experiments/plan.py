@@ -387,9 +387,9 @@ class _Search:
         return min(near)[1] if near else None
 
     def bound(self, q: Point) -> tuple[float, Known | None]:
-        """The least measured capacity among points with at least q's instances, raised by the
-        search's tolerance: a measured capacity is the last rate that passed, the true one lies
-        within the tolerance above it."""
+        """The least measured capacity among points with at least q's instances, raised by one
+        step of the search's lattice (`CAPACITY_SLACK`): a measured capacity is the rate at the
+        last load that passed, the true one lies below the next load up."""
         best, by = math.inf, None
         for k in self.known():
             if k.capacity < best and _leq(q, k.point, self.counts):
