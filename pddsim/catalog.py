@@ -246,8 +246,11 @@ class EngineProfile(Strict, frozen=True):
                           "while the GPU computes, so it bounds the iteration instead of adding")
     allreduce_base_us: float = Field(ge=0, description="fixed latency of one all-reduce")
     allreduce_step_us: float = Field(ge=0, description="latency of one ring step (n GPUs: 2(n-1))")
-    alltoall_us: float = Field(0.0, ge=0, description="MoE: latency of one expert-parallel "
+    alltoall_us: float = Field(0.0, ge=0, description="MoE: fixed latency of one expert-parallel "
                                "all-to-all (a dispatch or a combine)")
+    alltoall_step_us: float = Field(0.0, ge=0, description="MoE: latency each further peer adds "
+                                    "to one all-to-all (n GPUs: n-1 peers, each a message of its "
+                                    "own: wide expert parallelism waits on more of them)")
     host_layer_us: HostLaunchUs = Field(
         0.0, description="host time to launch one layer's kernels, us, in iterations launched "
         "eagerly: their GPU work cannot take less than layers x this. One figure, or one per GPU")

@@ -178,11 +178,13 @@ class _Recording(_QuarterSecond):
     def __init__(self):
         self.pairs: list[float] = []
 
-    def iteration(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0, requests=None):
+    def iteration(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0, requests=None,
+                  samples=None, largest=None):
         self.pairs.append(attn_pairs)
         return 0.25
 
-    def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0, requests=None):
+    def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0, requests=None,
+                   samples=None, largest=None):
         self.pairs.extend(attn_pairs.tolist())
         return np.full(len(tokens), 0.25)
 

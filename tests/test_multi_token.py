@@ -26,11 +26,11 @@ class _Linear:
     """Every iteration takes BASE + PER_TOKEN x tokens computed + PER_KV x KV tokens read."""
 
     def iteration(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0, requests=None,
-                  samples=None):
+                  samples=None, largest=None):
         return BASE + PER_TOKEN * tokens + PER_KV * kv_tokens_read
 
     def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0, requests=None,
-                   samples=None):
+                   samples=None, largest=None):
         return BASE + PER_TOKEN * np.asarray(tokens, float) + PER_KV * np.asarray(kv_tokens_read, float)
 
     def decode_run(self, n, context, k):

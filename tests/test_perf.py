@@ -357,6 +357,29 @@ def test_expert_parallel_all_to_alls():
     t = 1024
     payload = 2 * 58 * t * 8 * 7168 * 2 * (7 / 8) / 8 / 450e9
     assert ep.iteration(t, 0, 0) - base.iteration(t, 0, 0) == pytest.approx(payload + 2 * 58 * 20e-6)
+    # each further peer adds its message's latency: 7 peers at EP8, 63 at EP64
+    wide = IDEAL.model_copy(update={"alltoall_us": 20, "alltoall_step_us": 1.5})
+    for n in (8, 64):
+        stepped = Roofline(dsv3, H100, 8, wide, ep=n).iteration(t, 0, 0)
+        flat = Roofline(dsv3, H100, 8, IDEAL.model_copy(update={"alltoall_us": 20}), ep=n)
+        assert stepped - flat.iteration(t, 0, 0) == pytest.approx(2 * 58 * 1.5e-6 * (n - 1))
+
+
+def test_attention_data_parallel_ranks_hold_whole_requests():
+    """With attention data parallelism each request lives on one rank: a lone prompt on a worker
+    of 4 ranks takes as long as on one rank alone (the other three idle), and 4 decoders, one a
+    rank, as long as one decoder on one rank; 2,048 prompt tokens of which one request holds 896
+    wait for the rank holding it (at 512 a rank they are balanced). One rank: nothing changes."""
+    dense = LLAMA
+    one, four = Roofline(dense, H100, 1, IDEAL), Roofline(dense, H100, 1, IDEAL, dp=4)
+    assert four.iteration(1024, 1024 * 512, 0) == pytest.approx(one.iteration(1024, 1024 * 512, 0))
+    assert four.iteration(4, 4 * 900, 4 * 900, 4 * 900) == pytest.approx(
+        one.iteration(1, 900, 900, 900))
+    assert four.decode_run(4, 4 * 900, 3).first_s == pytest.approx(one.decode_run(1, 900, 3).first_s)
+    even = four.iteration(8 * 256, 0, 0, requests=8)
+    assert four.iteration(8 * 256, 0, 0, requests=8, largest=896) == pytest.approx(even * 896 / 512)
+    assert four.iteration(8 * 256, 0, 0, requests=8, largest=256) == even
+    assert one.iteration(8 * 256, 0, 0, requests=8, largest=8 * 256) == one.iteration(8 * 256, 0, 0)
 
 
 def test_collectives_past_the_nvlink_domain_cross_each_gpus_nic():

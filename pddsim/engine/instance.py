@@ -611,12 +611,15 @@ class Instance:
                 pairs += chunk_attention_pairs(job.context, c)
                 kv_read += job.context
             k = 0 if self.prefill_first else 1
+            # the largest request's tokens: attention data parallelism keeps it on one rank
+            largest = max([c for _, c in chunks]) if chunks else 1
             if spec is None:
                 seconds = self.perf.iteration(tokens, pairs, kv_read, ctx if decoding else 0,
-                                              decoding + len(chunks))
+                                              decoding + len(chunks), None, largest)
                 return self._segment.start(chunks, None, k, seconds, self.env.now, ctx + k * n)
             seconds = (self.perf.iteration(tokens, pairs, kv_read, decode_pairs,
-                                           decoding + len(chunks), samples + len(chunks))
+                                           decoding + len(chunks), samples + len(chunks),
+                                           max(largest, spec.k + 1))
                        + (spec.draft_s(n, ctx) if decoding else 0.0))
             return self._segment.start(chunks, None, k, seconds, self.env.now,
                                        ctx + spec.grown(self.iters, k))

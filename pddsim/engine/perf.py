@@ -64,23 +64,26 @@ class PerfModel(Protocol):
     `requests` requests (each costs the scheduler its share); null: one per token when every
     token is a decode, else one. `samples`: tokens that go through the LM head, each a query
     attending at most a sparse cap (null: one per request; a verify step of multi-token decoding
-    samples each of its query tokens)."""
+    samples each of its query tokens). `largest`: the tokens of its largest request (null: an
+    even share, tokens / requests), which attention data parallelism cannot split."""
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
                   decode_pairs: float = 0.0, requests: float | None = None,
-                  samples: float | None = None) -> float: ...
+                  samples: float | None = None, largest: float | None = None) -> float: ...
     def iterations(self, tokens: np.ndarray, attn_pairs: np.ndarray, kv_tokens_read: np.ndarray,
                    decode_pairs: np.ndarray | float = 0.0,
                    requests: np.ndarray | float | None = None,
-                   samples: np.ndarray | float | None = None) -> np.ndarray: ...
+                   samples: np.ndarray | float | None = None,
+                   largest: np.ndarray | float | None = None) -> np.ndarray: ...
     def decode_run(self, n: int, context: int, k: int) -> DecodeRun: ...
 
 
 class Roofline:
     """Roofline iteration time for `model` on `tp` x `dp` GPUs of type `gpu` served by `engine`:
     `dp` attention data-parallel ranks of `tp` tensor-parallel GPUs each, the routed experts spread
-    `ep` ways (and tensor-parallel over the rest). Per GPU, with the batch split evenly over the
-    ranks."""
+    `ep` ways (and tensor-parallel over the rest). Per GPU, the busiest attention rank setting
+    the pace: each request lives on one rank, so an iteration whose largest request is more than
+    an even share of its tokens waits for that request's rank (`_busiest`)."""
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, engine: EngineProfile,
                  dp: int = 1, ep: int = 1):
@@ -102,6 +105,7 @@ class Roofline:
         self.s_per_touched = 2.0 * engine.expert_tokens_half * model.routed_params / expert_flops
         # expert parallelism runs in lockstep at the pace of its busiest group: with tokens routed
         # at random, it gets about sqrt(2 ln ep) standard deviations more than its share
+        self.dp = dp
         self.ep, self.imbalance_scale = ep, (
             2.0 * np.log(ep) * ep / model.experts_per_token if ep > 1 and model.experts else 0.0)
         bytes_per_s = gpu.hbm_tbps * 1e12 * engine.memory
@@ -129,7 +133,8 @@ class Roofline:
         if ep > 1 and model.moe_layers:     # a dispatch and a combine per MoE layer
             self.comm_s_per_token += (2 * model.moe_layers * model.experts_per_token * model.hidden_size
                                       * ACT_BYTES * gpu.alltoall_s_per_byte(ep) / gpus)
-            comm_fixed += 2 * model.moe_layers * engine.alltoall_us / 1e6
+            comm_fixed += 2 * model.moe_layers * (engine.alltoall_us
+                                                  + engine.alltoall_step_us * (ep - 1)) / 1e6
         # the engine's CPU work per iteration: added to the GPU's, or (overlapped) bounding it
         self.cpu_s, self.cpu_per_request = engine.overhead_ms / 1e3, engine.seq_us / 1e6
         self.overlap = engine.overlap
@@ -202,7 +207,19 @@ class Roofline:
         work, the front end's streaming."""
         return self._floor(requests, eager, max)
 
-    def _time(self, tokens, attn_pairs, kv, decode_pairs, requests, samples, mx, mn):
+    def _busiest(self, tokens, requests, largest, mx):
+        """How many times its even share of the iteration's per-rank work (attention, the dense
+        layers, KV reads) the busiest attention data-parallel rank does: requests are not split
+        over ranks, so it holds at least the largest request, and with fewer requests than ranks
+        some ranks idle. The routed experts are spread over the expert-parallel GPUs whatever the
+        ranks hold, and so, at its even share, is the collectives' time: scaled to the busiest
+        rank, the all-to-all (each token's k expert copies at 16 bits over its rank's links)
+        put wide-EP first tokens at 2-4x what was measured, more than the dispatch kernels send
+        (FP8, one copy per node)."""
+        largest = tokens / mx(requests, 1) if largest is None else largest
+        return mx(1.0, self.dp * largest / mx(tokens, 1))
+
+    def _time(self, tokens, attn_pairs, kv, decode_pairs, requests, samples, largest, mx, mn):
         """One formula for a single iteration (builtin `mx`, `mn`: the hot path stays scalar) and
         for arrays of them (numpy's). A decode iteration replays a captured graph up to
         `graph_max_batch` requests, whatever query tokens each verifies."""
@@ -212,13 +229,14 @@ class Roofline:
             prefill_pairs = mn(prefill_pairs, tokens * self.cap)
             decode_pairs = mn(decode_pairs, samples * self.cap)
             attended = mn(kv, requests * self.cap)
-        compute = (tokens * self.s_per_token + samples * self.s_per_sample
+        f = self._busiest(tokens, requests, largest, mx) if self.dp > 1 else 1.0
+        compute = (tokens * self.s_per_token * f + samples * self.s_per_sample * f
                    + (self._routed_compute(tokens, mn) if self.moe else 0.0)
-                   + prefill_pairs * self.s_per_prefill_pair + decode_pairs * self.s_per_decode_pair
-                   + attn_pairs * self.s_per_index_pair)
+                   + prefill_pairs * self.s_per_prefill_pair * f
+                   + decode_pairs * self.s_per_decode_pair * f + attn_pairs * self.s_per_index_pair * f)
         memory = ((self.weights_read_s(tokens) if self.moe else self.shared_s)
-                  + attended * self.s_per_kv_token + kv * self.s_per_index_kv
-                  + requests * self.s_per_request)
+                  + attended * self.s_per_kv_token * f + kv * self.s_per_index_kv * f
+                  + requests * self.s_per_request * f)
         cpu = 0.0 if self.overlap else requests * self.cpu_per_request
         t = (mx(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s + cpu
              + (self._eager_moe(tokens) if self.eager_experts_s else self.eager_moe_s) * eager)
@@ -226,15 +244,15 @@ class Roofline:
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
                   decode_pairs: float = 0.0, requests: float | None = None,
-                  samples: float | None = None) -> float:
+                  samples: float | None = None, largest: float | None = None) -> float:
         """Time of one iteration (see PerfModel)."""
         if requests is None:
             requests = tokens if decode_pairs >= attn_pairs > 0 else 1
         return float(self._time(tokens, attn_pairs, kv_tokens_read, decode_pairs, requests,
-                                requests if samples is None else samples, max, min))
+                                requests if samples is None else samples, largest, max, min))
 
     def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0,
-                   requests=None, samples=None) -> np.ndarray:
+                   requests=None, samples=None, largest=None) -> np.ndarray:
         """Many independent iterations at once."""
         tokens = np.asarray(tokens, dtype=float)
         attn_pairs, decode_pairs = np.asarray(attn_pairs, dtype=float), np.asarray(decode_pairs, dtype=float)
@@ -243,6 +261,7 @@ class Roofline:
         requests = np.asarray(requests, dtype=float)
         return self._time(tokens, attn_pairs, np.asarray(kv_tokens_read, dtype=float), decode_pairs,
                           requests, requests if samples is None else np.asarray(samples, dtype=float),
+                          None if largest is None else np.asarray(largest, dtype=float),
                           np.maximum, np.minimum)
 
     def decode_run(self, n: int, context: int, k: int) -> LinearRun | FlooredRun:
@@ -257,12 +276,15 @@ class Roofline:
                 attended, growth = n * self.cap, 0
             else:
                 k = min(k, (n * self.cap - context) // n + 1)
-        compute = (n * (self.s_per_token + self.s_per_sample) + (self._routed_compute(n) if self.moe else 0.0)
-                   + attended * self.s_per_decode_pair + context * self.s_per_index_pair,
-                   growth * self.s_per_decode_pair + n * self.s_per_index_pair)
+        f = max(1.0, self.dp / n)       # fewer requests than attention ranks: one on each
+        compute = (n * (self.s_per_token + self.s_per_sample) * f
+                   + (self._routed_compute(n) if self.moe else 0.0)
+                   + attended * self.s_per_decode_pair * f + context * self.s_per_index_pair * f,
+                   growth * self.s_per_decode_pair * f + n * self.s_per_index_pair * f)
         weights = self.weights_read_s(n) if self.moe else self.shared_s
-        memory = (weights + attended * self.s_per_kv_token + context * self.s_per_index_kv
-                  + n * self.s_per_request, growth * self.s_per_kv_token + n * self.s_per_index_kv)
+        memory = (weights + attended * self.s_per_kv_token * f + context * self.s_per_index_kv * f
+                  + n * self.s_per_request * f,
+                  growth * self.s_per_kv_token * f + n * self.s_per_index_kv * f)
         cpu = 0.0 if self.overlap else n * self.cpu_per_request
         eager = n > self.graph_max_batch
         eager_moe = self._eager_moe(n) if eager and self.eager_experts_s else self.eager_moe_s
@@ -312,11 +334,11 @@ class MeasuredTable:
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
                   decode_pairs: float = 0.0, requests: float | None = None,
-                  samples: float | None = None) -> float:
+                  samples: float | None = None, largest: float | None = None) -> float:
         return float(self.iterations(tokens, attn_pairs, kv_tokens_read, decode_pairs))
 
     def iterations(self, tokens, attn_pairs, kv_tokens_read, decode_pairs=0.0,
-                   requests=None, samples=None) -> np.ndarray:
+                   requests=None, samples=None, largest=None) -> np.ndarray:
         out = np.empty(np.broadcast(tokens, attn_pairs, kv_tokens_read, decode_pairs).shape)
         for grid, where, t, ctx in self._cells(tokens, attn_pairs, kv_tokens_read, decode_pairs):
             out[where] = grid.at(t, ctx)
