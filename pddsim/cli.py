@@ -323,13 +323,14 @@ def cmd_map(args) -> int:
     from pddsim.experiments.pdd_map import format_map, parse_factor, pdd_map, plot_map
     x, y = parse_factor(args.x, "--x"), parse_factor(args.y, "--y")
     baseline, pdd = args.baseline or paper.PAPER_CONFIGS[0], args.pdd or paper.PAPER_CONFIGS[2]
-    # the paper's systems at their planned splits (a config given is taken as it is)
+    # the paper's systems start at their planned splits (a config given starts as it is)
     own_baseline, own_pdd = ([] if given else paper.planned_counts(path)
                              for given, path in ((args.baseline, baseline), (args.pdd, pdd)))
     with _backend(args) as backend, _progress(None, args.quiet) as bar:
         bar.unit = "search"
         rows = pdd_map(baseline, pdd, x, y, args.set or [], own=(own_baseline, own_pdd),
-                       seed=args.seed, backend=backend, cache=_cache(args), on_progress=bar.update)
+                       fixed_split=args.fixed_split, seed=args.seed, backend=backend,
+                       cache=_cache(args), on_progress=bar.update)
     if args.plot:
         plot_map(rows, x[0], y[0], args.plot)
     print(_json(rows) if args.json else format_map(rows, x[0], y[0]))
@@ -690,9 +691,12 @@ def parser() -> Parser:
                         "kv_bytes_per_token, output_mean, tpot_slo_s, max_batch, kv_dtype, "
                         "wan_gbps, long_prob, context_mean)")
     mp.add_argument("--baseline", metavar="CONFIG",
-                    help="default: the paper's same-DC PD at its planned split")
-    mp.add_argument("--pdd", metavar="CONFIG", help="default: the paper's PDD at its planned split")
+                    help="default: the paper's same-DC PD, from its planned split")
+    mp.add_argument("--pdd", metavar="CONFIG", help="default: the paper's PDD, from its planned split")
     mp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override on both systems")
+    mp.add_argument("--fixed-split", action="store_true", help="measure each system at the split "
+                    "it is given (default: each at its best split for its cost, by a local search "
+                    "from there at every point)")
     mp.add_argument("--seed", type=int, help="override the configs' seed")
     _add_backend_args(mp)
     mp.add_argument("--plot", metavar="FILE.png", help="draw both maps with their break-even lines")

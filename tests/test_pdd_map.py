@@ -1,7 +1,8 @@
-"""Where PDD wins: the two-factor map of PDD's capacity and BCR over a baseline's, its hardware and
-model factors (catalog edits whose KV pool follows), its searches run in parallel or from a cache
-with the same map, and the assumption under PDD's prefill pool (a P keeps a prompt's KV until its
-WAN copy has left)."""
+"""Where PDD wins: the two-factor map of PDD's capacity and BCR over a baseline's, each system at
+its best split for its cost (a local search from the given one) or at the given split, its hardware
+and model factors (catalog edits whose KV pool follows), its searches run in parallel or from a
+cache with the same map, and the assumption under PDD's prefill pool (a P keeps a prompt's KV until
+its WAN copy has left)."""
 import json
 from pathlib import Path
 
@@ -11,12 +12,16 @@ from test_capacity import KNOBS
 
 from pddsim import catalog
 from pddsim.cli import main
+from pddsim.cost import cost_per_hour
 from pddsim.errors import InputError
 from pddsim.experiments import paper
 from pddsim.experiments import pdd_map as map_module
 from pddsim.experiments.backends import Processes
-from pddsim.experiments.pdd_map import FACTORS, pdd_map, plot_map, point_config
-from pddsim.sim import simulate
+from pddsim.experiments.capacity import find_capacity
+from pddsim.experiments.pdd_map import FACTORS, format_map, pdd_map, plot_map, point_config
+from pddsim.experiments.plan import neighbour_splits
+from pddsim.experiments.result_cache import ResultCache
+from pddsim.sim import load_workload, simulate
 from pddsim.system.deployment import kv_capacity_tokens
 
 WORKLOAD = {"replay": "closed", "horizon_s": 300, "session_rate_rps": 0.3,
@@ -220,3 +225,101 @@ def test_the_paper_systems_default_to_their_planned_splits():
     planned = yaml.safe_load(paper.PLANNED_SPLITS.read_text())["splits"]
     for path in (paper.PAPER_CONFIGS[0], paper.PAPER_CONFIGS[2]):
         assert paper.planned_counts(path) == [f"{k}={v}" for k, v in planned[path.name].items()]
+
+
+def starved_systems(tmp_path, make_config):
+    """Both systems given too few prefill instances (1 P + 4 D; 1 P + 3 RLD | 1 MD), slow enough
+    (3e-4 s a token) that a capacity search takes a second or two on the short horizon of
+    `SHORT`, whose batch cap of 2 makes decode bind too: each best split for its cost is inside
+    the range (2 P + 3 D; 2 P + 2 RLD | 1 MD), one move up or down costs capacity."""
+    base = write(tmp_path, make_config, "same_dc", per_token=3e-4,
+                 roles=(("prefill", 1), ("decode", 4)))
+    pdd = write(tmp_path, make_config, "pdd", per_token=3e-4, two_clusters=True,
+                roles=(("prefill", 1), ("relay", 3), ("decode", 1)),
+                clusters__b__gpu="h200", prefix_cache={"decode_tokens": None})
+    return base, pdd
+
+
+SHORT = ["workload.horizon_s=150", "workload.synthetic.knobs.output_mean=200", "batching.max_batch=2"]
+POINT = {"tpot_slo_s": 0.05, "wan_gbps": 10}
+GIVEN = {"baseline": {"clusters.a.instances.0.count": 1, "clusters.a.instances.1.count": 4},
+         "pdd": {"clusters.a.instances.0.count": 1, "clusters.a.instances.1.count": 3,
+                 "clusters.b.instances.0.count": 1}}
+
+
+def test_each_system_climbs_to_a_split_no_neighbour_beats_at_the_same_cost(tmp_path, make_config):
+    """Fixed: the given splits, one search each. Searched: each system ends on a split none of
+    whose same-cost neighbours (one P <-> D, P <-> RLD move; measured here from scratch) has more
+    capacity, at the cost it started from, PDD's MD untouched; the given split's search is the
+    fixed map's (from the cache)."""
+    base, pdd = starved_systems(tmp_path, make_config)
+    grid = (("tpot_slo_s", [0.05]), ("wan_gbps", [10]))
+    cache = ResultCache(tmp_path / "c")
+    fixed, = pdd_map(base, pdd, *grid, SHORT, fixed_split=True, cache=cache)
+    for s in ("baseline", "pdd"):
+        assert fixed[f"{s}_split"] == GIVEN[s] and fixed[f"{s}_tried"] == 1
+    searched, = pdd_map(base, pdd, *grid, SHORT, cache=cache)
+    for s, path in (("baseline", base), ("pdd", pdd)):
+        split, capacity = searched[f"{s}_split"], searched[f"{s}_capacity_rps"]
+        assert split != GIVEN[s] and capacity > fixed[f"{s}_capacity_rps"]
+        start = point_config(path, SHORT, POINT, s == "pdd")
+        found = point_config(path, SHORT, POINT, s == "pdd", split)
+        assert cost_per_hour(found) == cost_per_hour(start)
+        near = neighbour_splits(found)
+        assert len(near) == 2                     # inside the range: a move each way
+        assert searched[f"{s}_tried"] == 3        # the start, the optimum and the other side
+        for other in near:
+            cfg = point_config(path, SHORT, POINT, s == "pdd", other)
+            assert cost_per_hour(cfg) == cost_per_hour(start)
+            assert find_capacity(cfg, load_workload(cfg)).capacity_rps <= capacity, (s, other)
+    assert searched["pdd_split"]["clusters.b.instances.0.count"] == 1
+    text = format_map([searched], "tpot_slo_s", "wan_gbps")
+    assert "2+3 | 2+2+1" in text
+
+
+def test_the_searched_map_whatever_the_workers_and_fixed_from_its_cache(tmp_path, make_config,
+                                                                          capsys, monkeypatch):
+    """Searched splits: one worker and two give the same rows; two points that differ in GPU B's
+    price share both climbs (same splits, same capacities, PDD's BCR follows its price); then
+    `--fixed-split` on the cache runs no search and gives the given splits."""
+    base, pdd = starved_systems(tmp_path, make_config)
+    argv = ["map", "--x", "gpu_b_premium=0,1", "--y", "wan_gbps=10", "--baseline", str(base),
+            "--pdd", str(pdd), *(a for text in SHORT for a in ("--set", text)), "--json", "--quiet"]
+    maps = []
+    for extra in (["--jobs", "1", "--cache", str(tmp_path / "c")], ["--jobs", "2"]):
+        assert main(argv + extra) == 0
+        maps.append(capsys.readouterr().out)
+    assert maps[0] == maps[1]
+    cheap, dear = json.loads(maps[0])
+    assert cheap["pdd_split"] == dear["pdd_split"] != GIVEN["pdd"]
+    assert cheap["baseline_split"] == dear["baseline_split"] != GIVEN["baseline"]
+    assert cheap["pdd_capacity_rps"] == dear["pdd_capacity_rps"] and cheap["pdd_tried"] > 1
+    assert cheap["pdd_bcr"] > dear["pdd_bcr"]
+
+    def no_search(*args, **kw):
+        raise AssertionError("searched again")
+    monkeypatch.setattr(map_module, "find_capacity", no_search)
+    assert main(argv + ["--fixed-split", "--jobs", "1", "--cache", str(tmp_path / "c")]) == 0
+    fixed = json.loads(capsys.readouterr().out)
+    assert [(r["baseline_split"], r["pdd_split"]) for r in fixed] == [
+        (GIVEN["baseline"], GIVEN["pdd"])] * 2
+    assert all(r["pdd_tried"] == r["baseline_tried"] == 1 for r in fixed)
+    assert fixed[0]["pdd_capacity_rps"] < cheap["pdd_capacity_rps"]
+
+
+def test_a_neighbour_moves_one_instance_between_pools_of_one_gpu_and_size(make_config):
+    """Same-DC PD: P <-> D when both have as many GPUs an instance, none when not; PDD with GPU B
+    for its MDs: P <-> RLD only, a pool of one never emptied; each neighbour costs the same."""
+    pd = make_config(roles=(("prefill", 2), ("decode", 3)))
+    P, D = "clusters.a.instances.0.count", "clusters.a.instances.1.count"
+    assert neighbour_splits(pd) == [{P: 1, D: 4}, {P: 3, D: 2}]
+    assert neighbour_splits(make_config(roles=(("prefill", 2), ("decode", 3, 4)))) == []
+    pdd = make_config(roles=(("prefill", 2), ("relay", 1), ("decode", 3)), two_clusters=True,
+                      clusters__b__gpu="h200")
+    R, MD = "clusters.a.instances.1.count", "clusters.b.instances.0.count"
+    assert neighbour_splits(pdd) == [{P: 1, R: 2, MD: 3}]
+    for split in neighbour_splits(pd):
+        moved = pd.model_copy(deep=True)
+        for group, n in zip(moved.clusters["a"].instances, split.values()):
+            group.count = n
+        assert cost_per_hour(moved) == cost_per_hour(pd)

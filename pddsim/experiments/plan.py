@@ -224,6 +224,35 @@ def _frontier(points: list[Point], counts: list[str], top: bool) -> list[Point]:
     return [p for p in points if not any(q is not p and _leq(q, p, counts) for q in points)]
 
 
+def count_path(cluster: str, index: int) -> str:
+    """The config path of an instance group's count, as `--vary` and `--set` address it."""
+    return f"clusters.{cluster}.instances.{index}.count"
+
+
+def split_of(cfg: Config) -> dict[str, int]:
+    """`cfg`'s split: every instance group's count by its config path, in config order."""
+    return {count_path(name, i): group.count for name, cluster in cfg.clusters.items()
+            for i, group in enumerate(cluster.instances)}
+
+
+def same_cost_moves(cfg: Config) -> list[tuple[str, str]]:
+    """The moves of one instance between two of `cfg`'s instance groups that leave its cost as it
+    is (both groups run the same GPU, as many an instance), as (from, to) count paths, in config
+    order: same-DC PD's P <-> D, PDD's P <-> RLD (on GPU A; its MDs on GPU B have no partner)."""
+    groups = [(count_path(name, i), cluster.gpu, group.gpus)
+              for name, cluster in cfg.clusters.items() for i, group in enumerate(cluster.instances)]
+    return [(a, b) for a, gpu_a, n_a in groups for b, gpu_b, n_b in groups
+            if a != b and gpu_a == gpu_b and n_a == n_b]
+
+
+def neighbour_splits(cfg: Config) -> list[dict[str, int]]:
+    """The splits one same-cost move away from `cfg`'s (`same_cost_moves`, in that order), every
+    group keeping at least one instance."""
+    split = split_of(cfg)
+    return [{**split, a: split[a] - 1, b: split[b] + 1}
+            for a, b in same_cost_moves(cfg) if split[a] > 1]
+
+
 def split_axes(cfg: Config, budget: float) -> list[str]:
     """`--vary` texts over every instance group's count, from 1 to the most the budget buys with
     every other group at 1: the splits a system can have within the budget."""
@@ -237,7 +266,7 @@ def split_axes(cfg: Config, budget: float) -> list[str]:
         price = gpu_price(cfg, cluster.gpu)
         for i, group in enumerate(cluster.instances):
             most = 1 + int((budget - floor) // (group.gpus * price)) if budget >= floor else 1
-            vary.append(f"clusters.{name}.instances.{i}.count=1..{most}")
+            vary.append(f"{count_path(name, i)}=1..{most}")
     return vary
 
 
