@@ -308,8 +308,9 @@ def test_the_searched_map_whatever_the_workers_and_fixed_from_its_cache(tmp_path
 
 
 def test_a_neighbour_moves_one_instance_between_pools_of_one_gpu_and_size(make_config):
-    """Same-DC PD: P <-> D when both have as many GPUs an instance, none when not; PDD with GPU B
-    for its MDs: P <-> RLD only, a pool of one never emptied; each neighbour costs the same."""
+    """Same-DC PD: P <-> D when both have as many GPUs an instance, none when not; PDD: P <-> RLD
+    only, whether its MDs run another GPU or the same one, a pool of one never emptied; each
+    neighbour costs the same."""
     pd = make_config(roles=(("prefill", 2), ("decode", 3)))
     P, D = "clusters.a.instances.0.count", "clusters.a.instances.1.count"
     assert neighbour_splits(pd) == [{P: 1, D: 4}, {P: 3, D: 2}]
@@ -318,6 +319,9 @@ def test_a_neighbour_moves_one_instance_between_pools_of_one_gpu_and_size(make_c
                       clusters__b__gpu="h200")
     R, MD = "clusters.a.instances.1.count", "clusters.b.instances.0.count"
     assert neighbour_splits(pdd) == [{P: 1, R: 2, MD: 3}]
+    # the same GPU in both datacenters: still no move across them
+    same_gpu = make_config(roles=(("prefill", 2), ("relay", 1), ("decode", 3)), two_clusters=True)
+    assert neighbour_splits(same_gpu) == [{P: 1, R: 2, MD: 3}]
     for split in neighbour_splits(pd):
         moved = pd.model_copy(deep=True)
         for group, n in zip(moved.clusters["a"].instances, split.values()):

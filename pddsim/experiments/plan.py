@@ -237,12 +237,13 @@ def split_of(cfg: Config) -> dict[str, int]:
 
 def same_cost_moves(cfg: Config) -> list[tuple[str, str]]:
     """The moves of one instance between two of `cfg`'s instance groups that leave its cost as it
-    is (both groups run the same GPU, as many an instance), as (from, to) count paths, in config
-    order: same-DC PD's P <-> D, PDD's P <-> RLD (on GPU A; its MDs on GPU B have no partner)."""
-    groups = [(count_path(name, i), cluster.gpu, group.gpus)
+    is (both groups in one cluster, on the same GPU, as many an instance), as (from, to) count
+    paths, in config order: same-DC PD's P <-> D, PDD's P <-> RLD (its MDs, in the other
+    datacenter, have no partner: how much runs where is the deployment's choice, not its split's)."""
+    groups = [(count_path(name, i), name, cluster.gpu, group.gpus)
               for name, cluster in cfg.clusters.items() for i, group in enumerate(cluster.instances)]
-    return [(a, b) for a, gpu_a, n_a in groups for b, gpu_b, n_b in groups
-            if a != b and gpu_a == gpu_b and n_a == n_b]
+    return [(a, b) for a, *where_a in groups for b, *where_b in groups
+            if a != b and where_a == where_b]
 
 
 def neighbour_splits(cfg: Config) -> list[dict[str, int]]:
