@@ -31,8 +31,8 @@ class Recorder:
 
     def __init__(self, flush_rows: int = 4096):
         self.flush_rows = flush_rows
-        self.floats = {c: array("d") for c in FLOAT_COLUMNS}
-        self.stage_values = array("d")     # per request: its E2E stages, then its TTFT stages
+        # per request: its float fields, its E2E stages, then its TTFT stages
+        self.floats = {c: array("d") for c in FLOAT_COLUMNS + STAGE_COLUMNS + TTFT_STAGE_COLUMNS}
         self.ints = {c: array("q") for c in INT_COLUMNS}
         self.pipeline = array("b")
         self.failure = array("q")
@@ -47,15 +47,15 @@ class Recorder:
     def record(self, req: Request) -> None:
         first, end, arrival = req.first_token_s, req.finish_s, req.arrival_s
         assert end is not None, "recorded before it ended"
-        self._float_rows.extend((         # in FLOAT_COLUMNS order
+        self._float_rows.extend((         # in `self.floats` order: FLOAT_COLUMNS, then the stages
             arrival,
             np.nan if first is None else first - arrival,
             (req.last_token_s - first) / (req.tokens_out - 1)
             if first is not None and req.tokens_out > 1 else np.nan,
             req.max_gap_s, end - arrival, end, req.wan_bytes, req.wan_bytes_no_drc,
             req.rdma_bytes, req.handoff_stall_s))
-        self.stage_values.extend(req.stages)
-        self.stage_values.extend(req.ttft_stages or NO_TIME)   # no token: none
+        self._float_rows.extend(req.stages)
+        self._float_rows.extend(req.ttft_stages or NO_TIME)    # no token: none
         self._int_rows.extend((           # in INT_COLUMNS order
             req.idx, req.trace.session_id, req.input_tokens, req.output_tokens, req.tokens_out,
             req.hit_tokens, req.hit_tokens_decode, req.handoffs, req.handoff_tail_tokens,
@@ -82,17 +82,13 @@ class Recorder:
         records (a million-request run)."""
         self._flush()
         order = np.argsort(np.frombuffer(self.ints["request"], dtype=np.int64), kind="stable")
-        stages = np.frombuffer(self.stage_values, dtype=np.float64).reshape(
-            -1, len(STAGE_COLUMNS) + len(TTFT_STAGE_COLUMNS))
         columns: dict[str, np.ndarray] = {}
         for c in FLOAT_COLUMNS:
             columns[c] = np.frombuffer(self.floats.pop(c), dtype=np.float64)[order]
         for c in INT_COLUMNS:
             columns[c] = np.frombuffer(self.ints.pop(c), dtype=np.int64)[order]
-        for k, c in enumerate(STAGE_COLUMNS + TTFT_STAGE_COLUMNS):
-            columns[c] = stages[order, k]
-        del stages
-        self.stage_values = array("d")
+        for c in STAGE_COLUMNS + TTFT_STAGE_COLUMNS:
+            columns[c] = np.frombuffer(self.floats.pop(c), dtype=np.float64)[order]
         df = pd.DataFrame(columns, copy=False)
         pipeline = np.frombuffer(self.pipeline, dtype=np.int8)[order]
         failure = np.frombuffer(self.failure, dtype=np.int64)[order]

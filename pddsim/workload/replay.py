@@ -23,6 +23,8 @@ from pddsim.config import WorkloadConfig
 from pddsim.errors import InputError
 from pddsim.workload.model import Workload
 
+_BLOCK = 4096          # scheduled times converted to Python floats at a time
+
 
 class Replay:
     def __init__(self, env, workload: Workload, wcfg: WorkloadConfig, rng: np.random.Generator,
@@ -96,22 +98,32 @@ class Replay:
 
     def _at_times(self, times: np.ndarray, items: np.ndarray, action: Callable[[int], None]) -> None:
         """Call `action(item)` at each item's time (`times` sorted, none before now), from event
-        callbacks: one timeout per later time, the first at once."""
+        callbacks: one timeout per later time, the first at once. The times are read a block at a
+        time: a million requests' times and items as Python lists would hold ~70 MB to the end."""
         env = self.env
-        at, todo = times.tolist(), items.tolist()
-        i = 0
+        at: list[float] = []
+        todo: list[int] = []
+        read = i = 0                          # items read from the arrays; the next in the block
 
         def due(_event) -> None:
-            nonlocal i
-            while i < len(at):
+            nonlocal at, todo, read, i, times, items
+            while True:
+                if i == len(at):
+                    if read == len(times):
+                        break
+                    at = times[read:read + _BLOCK].tolist()
+                    todo = items[read:read + _BLOCK].tolist()
+                    read += len(at)
+                    i = 0
                 if at[i] > env.now:
                     env.timeout(at[i] - env.now).callbacks.append(due)
                     return
                 item = todo[i]
                 i += 1
                 action(item)
-            at.clear()                        # all issued; `due` refers to itself, so it and its
-            todo.clear()                      # lists would live until a garbage collection
+            # all issued; `due` refers to itself, so it and what it holds would live until a
+            # garbage collection
+            at, todo, times, items = [], [], times[:0], items[:0]
         env.timeout(0).callbacks.append(due)
 
     def _start_session(self, s: int) -> None:
