@@ -9,9 +9,9 @@ split for its cost and takes PDD's capacity and BCR at capacity over the baselin
 wins.
 
 The best split is found per point and system by a local search from the split it is given (the
-CLI: the paper plan's): a neighbour moves one instance between two pools of the same GPU with as
-many GPUs an instance (`plan.neighbour_splits`: same-DC PD's P <-> D, PDD's P <-> RLD on GPU A; its
-MDs on GPU B stay), so every split tried costs the same and is ranked by its capacity. A round
+CLI: the paper plan's): a neighbour moves one instance between two pools of one datacenter on the
+same GPU with as many GPUs an instance (`plan.neighbour_splits`: same-DC PD's P <-> D, PDD's P <->
+RLD; its MDs stay), so every split tried costs the same and is ranked by its capacity. A round
 measures every neighbour of the current split not yet measured (its search started at the current
 split's capacity load), one that is not a deployment (a pool emptied, the model does not fit)
 skipped; the climb moves to the best neighbour (the first in move order on a tie) when its
