@@ -57,7 +57,8 @@ def grid(small):
     rows = []
     for p in build_points(small, parse_vary(VARY)):
         cfg = p.cfg.model_copy(update={"seed": 0})
-        rows.append({"n": p.n, "cost": p.cost, **measure({"w": load_workload(cfg)}, (cfg, "w", 0, None))})
+        task = (cfg, "w", 0, None, None)
+        rows.append({"n": p.n, "cost": p.cost, **measure({"w": load_workload(cfg)}, task)})
     return rows
 
 
@@ -140,6 +141,33 @@ def test_workers_and_seeds_change_nothing(small):
     best = one.best
     assert best["capacity_lo"] <= best["capacity_rps"] <= best["capacity_hi"]
     assert one.distinguishable in (True, False)
+
+
+def test_winner_only_ends_the_searches_that_cannot_win(small, grid):
+    """Asked only for the winner, a point's search ends at its first failure at or below the best
+    capacity load measured before it: the same winner, its capacity from a whole search, in fewer
+    runs; a beaten point's capacity is in truth below the winner's; the plan is the same with
+    idle workers measuring ahead."""
+    vary = [f"{P}=1..3", f"{D}=1..3"]
+    whole = plan(small, vary, objective="capacity", seed=0, backend=Processes(1))
+    quick = plan(small, vary, objective="capacity", seed=0, backend=Processes(1), winner_only=True)
+    assert quick.best["point"] == whole.best["point"]
+    assert quick.best["capacity_rps"] == whole.best["capacity_rps"]
+    beaten = [p for p in quick.points if p["status"] == "beaten"]
+    assert beaten and all(p["outcome"] == "beaten" and p["capacity_rps"] is None for p in beaten)
+    full = {p["point"]: p for p in whole.points}
+    for p in beaten:
+        assert full[p["point"]]["capacity_rps"] < whole.best["capacity_rps"]
+
+    def runs(result):
+        return sum(p["capacity_runs"] or 0 for p in result.points)
+    assert runs(quick) < runs(whole)
+    assert plan(small, vary, objective="capacity", seed=0, backend=Slots(3),
+                winner_only=True).to_json() == quick.to_json()
+    # other objectives and several seeds keep whole searches
+    assert plan(small, [f"{D}=1..2"], seeds=2, seed=0, backend=Processes(1),
+                objective="capacity", winner_only=True).to_json() == plan(
+        small, [f"{D}=1..2"], seeds=2, seed=0, backend=Processes(1), objective="capacity").to_json()
 
 
 class Slots:
@@ -388,5 +416,5 @@ def test_every_point_has_its_outcome_in_the_table_json_and_heatmap():
 def test_measure_keeps_the_lower_bound_when_the_slo_never_breaks(make_config):
     from test_experiments import CLOSED, agents
     cfg = make_config(roles=(("colocated", 2),), workload=CLOSED)
-    got = measure({"w": agents(4)}, (cfg, "w", 0, None))
+    got = measure({"w": agents(4)}, (cfg, "w", 0, None, None))
     assert got["capacity_rps"] is None and got["capacity_lower_bound_rps"] > 0

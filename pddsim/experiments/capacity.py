@@ -31,6 +31,12 @@ the rate interval's relative half-width at `lo` (a finer step than the rate can 
 buys nothing). A search whose highest load still passes never saturated: no capacity, the rate
 there a lower bound.
 
+A search can also stop once its answer no longer matters: given `beat` (a load, such as the
+capacity load of the best point a plan has measured), it ends at the first load at or below `beat`
+that fails, the capacity then lying below that load (status "below beat", no capacity). A caller
+that wants only a deployment with more capacity than `beat`'s learns that one is not in a run or
+two instead of a whole search.
+
 Early stop. A run is stopped as soon as it can no longer pass: when the requests known to miss the
 SLO already exceed what the target allows of all the workload's requests (whole run), or of the
 requests always inside the stationary window, whatever warm-up MSER deletes (steady state). Only
@@ -60,6 +66,17 @@ T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
         2.052, 2.048, 2.045, 2.042]
 
 
+BELOW_BEAT = "below beat"    # the status of a search that failed at or below its `beat` load
+
+
+class _Beaten(Exception):
+    """A search given `beat` failed at a load at or below it."""
+
+    def __init__(self, load: float):
+        super().__init__(load)
+        self.load = load
+
+
 @dataclass
 class Capacity:
     capacity_rps: float | None  # None: not found (see `status`)
@@ -68,6 +85,7 @@ class Capacity:
     result: Result              # the run at capacity (not found: the highest passing load's, or
                                 # the last run tried when none passed)
     status: str = "found"       # found | failed at every load | never saturated | never stationary
+                                # | below beat
     rate_rps: float = 0.0       # the rate measured in `result`'s run (the search's measure)
     slo_share: float = 0.0      # and its share of requests meeting the SLO
     interval: tuple[float, float] | None = None     # 95% of capacity_rps (batch means)
@@ -211,7 +229,7 @@ class Lattice:
 
 def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None,
                   rel_tol: float = 0.03, max_doublings: int = 8, early_stop: bool = True,
-                  start: float | None = None,
+                  start: float | None = None, beat: float | None = None,
                   on_progress: Callable[[int], None] | None = None) -> Capacity:
     """Search `cfg`'s load knob for the highest load at which `slo.target` holds, by the rule in
     the module docstring, to `rel_tol` of the knob (one session for a concurrency). `workload` is
@@ -219,7 +237,7 @@ def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None,
     config). `start`: begin at the configured value's doubling nearest this load (a neighbour's
     capacity load, in a plan; default the configured value itself): the loads tried lie on the
     configured value's `Lattice` whatever the start. `max_doublings` bounds the bracketing each
-    way.
+    way. `beat`: end at the first load at or below it that fails (status "below beat").
     `early_stop`: stop runs that can no longer pass (same capacity, less time). `on_progress` is
     passed to every run's simulate. The Capacity's `result` is the run at `load`, so
     `at_load(cfg, cap.load)` reproduces it."""
@@ -244,6 +262,8 @@ def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None,
             runs[load] = simulate(at, w, seed, on_progress=on_progress, stop_when=stop)
             figures[load] = measure(runs[load], knob)
             passed[load] = passes(runs[load], figures[load], cfg.slo.target)
+            if beat is not None and load <= beat and not passed[load]:
+                raise _Beaten(load)
         return passed[load]
 
     def step_small_enough(lo: int, hi: int) -> bool:
@@ -255,29 +275,35 @@ def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None,
         half = (f["steady_rps_hi"] - f["steady_rps_lo"]) / 2 / f["steady_rps"]
         return lattice.load(hi) - lattice.load(lo) <= half * lattice.load(lo)
 
-    j = 0 if start is None else lattice.nearest_doubling(start)
-    first = lattice.doubling(j)
-    lo, hi = (first, None) if meets(first) else (None, first)
-    for _ in range(max_doublings):
-        if hi is None:
-            assert lo is not None                # one of the two bounds is always known
-            up = lattice.doubling(j + 1)
-            if up == lo:
+    try:
+        j = 0 if start is None else lattice.nearest_doubling(start)
+        first = lattice.doubling(j)
+        lo, hi = (first, None) if meets(first) else (None, first)
+        for _ in range(max_doublings):
+            if hi is None:
+                assert lo is not None                # one of the two bounds is always known
+                up = lattice.doubling(j + 1)
+                if up == lo:
+                    break
+                j += 1
+                lo, hi = (up, None) if meets(up) else (lo, up)
+            elif lo is None:
+                down = lattice.doubling(j - 1)
+                if down == hi:
+                    break
+                j -= 1
+                lo, hi = (down, hi) if meets(down) else (None, down)
+            else:
                 break
-            j += 1
-            lo, hi = (up, None) if meets(up) else (lo, up)
-        elif lo is None:
-            down = lattice.doubling(j - 1)
-            if down == hi:
-                break
-            j -= 1
-            lo, hi = (down, hi) if meets(down) else (None, down)
-        else:
-            break
-    if lo is not None and hi is not None:
-        while not step_small_enough(lo, hi):
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if meets(mid) else (lo, mid)
+        if lo is not None and hi is not None:
+            while not step_small_enough(lo, hi):
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if meets(mid) else (lo, mid)
+    except _Beaten as beaten:
+        last = runs[beaten.load]
+        return Capacity(None, knob, beaten.load, last, BELOW_BEAT, runs=len(runs), loads=passed,
+                        stopped_early=sum(bool(r.summary["stopped_early"]) for r in runs.values()),
+                        wall_s=time.perf_counter() - wall0)
     at_k = lo if lo is not None else hi
     assert at_k is not None                     # one of the two bounds is always known
     at = lattice.load(at_k)

@@ -18,6 +18,12 @@ from the waves before) instead of the configured rate; it tries the same lattice
 (`pddsim.experiments.capacity.Lattice`), so it finds what a search from scratch would where SLO
 attainment is monotone in the load, in fewer runs.
 
+Asked only for the winner (`winner_only`, as `compare --best-split` asks; the capacity objective,
+one seed), a point's search is also given the capacity load of the best point measured so far and
+ends at the first load at or below it that fails: such a point cannot win (the rate a deployment
+sustains rises with the load offered), so it is "beaten" after a run or two instead of a whole
+search. Its capacity and the Pareto front are then not measured; the winner's search is whole.
+
 Points run in waves, alternately the largest (maximal) and the smallest (minimal) of the points
 still open: the largest give the bounds, the smallest the cheap points that dominate. A wave is
 chosen from the measurements of the waves before it only, so which points run, and every number,
@@ -44,7 +50,7 @@ from pddsim.config import Config, load_config
 from pddsim.cost import cost_per_hour, gpu_price
 from pddsim.errors import InputError
 from pddsim.experiments.backends import Failed, Processes
-from pddsim.experiments.capacity import Lattice, find_capacity, interval
+from pddsim.experiments.capacity import BELOW_BEAT, Lattice, find_capacity, interval
 from pddsim.experiments.result_cache import ResultCache, workload_digest
 from pddsim.experiments.sweep import parse_axis, point_label
 from pddsim.sim import load_workload
@@ -82,12 +88,19 @@ def parse_vary(texts: list[str]) -> dict[str, list]:
     return axes
 
 
-def measure(workloads: dict[str, Workload], task: tuple[Config, str, int, float | None]) -> dict:
+def measure(workloads: dict[str, Workload],
+            task: tuple[Config, str, int, float | None, float | None]) -> dict:
     """One point at one seed (module level: workers call it by name), its search started at a
-    neighbour's capacity load when one is known: its capacity, the load there, BCR there and the
-    pool that was busiest there (the bottleneck)."""
-    cfg, workload_key, seed, start = task
-    cap = find_capacity(cfg, workloads[workload_key], seed=seed, rel_tol=CAPACITY_TOL, start=start)
+    neighbour's capacity load when one is known and ended early when it fails at or below the
+    `beat` load: its capacity, the load there, BCR there and the pool that was busiest there (the
+    bottleneck)."""
+    cfg, workload_key, seed, start, beat = task
+    cap = find_capacity(cfg, workloads[workload_key], seed=seed, rel_tol=CAPACITY_TOL, start=start,
+                        beat=beat)
+    if cap.status == BELOW_BEAT:
+        return {"capacity_rps": None, "bcr_at_capacity": None, "margin_at_capacity": None,
+                "bottleneck": None, "capacity_status": cap.status, "runs": cap.runs,
+                "failed_load": cap.load}
     if cap.capacity_rps is None or cap.result is None:
         bound = float(cap.lower_bound_rps) if cap.status == "never saturated" else None
         return {"capacity_rps": None, "bcr_at_capacity": None, "margin_at_capacity": None,
@@ -104,7 +117,7 @@ def measure(workloads: dict[str, Workload], task: tuple[Config, str, int, float 
 # outcome is "capacity", or when a seed's search found none, "lower bound only" (the SLO held at
 # every load tried) or "never stationary" (no run settled into a steady state)
 OUTCOMES = {"over budget": "over budget", "pruned": "pruned", "failed": "failed",
-            "infeasible": "not a deployment", "open": "not run"}
+            "infeasible": "not a deployment", "open": "not run", "beaten": "beaten"}
 LOWER_BOUND = "lower bound only"
 NEVER_STATIONARY = "never stationary"
 
@@ -115,7 +128,7 @@ class Point:
     values: dict[str, Any]
     cfg: Config | None
     cost: float | None
-    status: str = "open"                    # open, simulated, failed, over budget, infeasible, pruned
+    status: str = "open"      # open, simulated, failed, over budget, infeasible, pruned, beaten
     reason: str = ""
     samples: list[Any] = field(default_factory=list)   # per seed: a measurement, or Failed
     capacity: float | None = None
@@ -277,7 +290,8 @@ def best_splits(paths: Sequence[str | Path], overrides: Sequence[str] = (), *, b
     the first system's workload, for a fair comparison: each system's best split, with its plan.
     By default the best is the most capacity the budget buys: by BCR at capacity the smallest
     split that meets the SLO at some load wins (the cheapest way to serve a sliver of the
-    traffic, not what the budget buys). `search` goes to `plan` (backend, cache, seed, progress)."""
+    traffic, not what the budget buys). Only each winner's capacity is measured whole
+    (`winner_only`). `search` goes to `plan` (backend, cache, seed, progress)."""
     first = load_config(paths[0], overrides)
     budget = cost_per_hour(first) if budget is None else budget
     workload = first.workload.model_dump(mode="json", exclude_defaults=True)
@@ -287,7 +301,8 @@ def best_splits(paths: Sequence[str | Path], overrides: Sequence[str] = (), *, b
     chosen = []
     for path in paths:
         vary = split_axes(load_config(path, same_traffic), budget)
-        result = plan(path, vary, same_traffic, budget=budget, objective=objective, **search)
+        result = plan(path, vary, same_traffic, budget=budget, objective=objective,
+                      winner_only=True, **search)
         if result.best is None:
             raise InputError(f"{path}: no split within ${budget:g}/h has a measured capacity")
         values = copy.deepcopy(result.best["values"])
@@ -306,8 +321,10 @@ class Known(NamedTuple):
 
 
 class _Search:
-    def __init__(self, points, counts, objective, budget, load, seeds, backend, cache, on_progress):
+    def __init__(self, points, counts, objective, budget, load, seeds, backend, cache, on_progress,
+                 winner_only=False):
         self.points, self.counts, self.objective = points, counts, objective
+        self.winner_only = winner_only
         self.budget, self.load, self.seeds = budget, load, seeds
         self.backend, self.cache = backend, cache
         self.progress = on_progress or (lambda n: None)
@@ -349,8 +366,8 @@ class _Search:
         for p in wave:
             p.samples = [None] * len(self.seeds)
             for i, task, key in self._tasks(p):
-                start, hit = self.ahead.pop((p.n, i), (None, None))
-                if start != task[3]:        # measured ahead from another neighbour: run it again
+                where, hit = self.ahead.pop((p.n, i), (None, None))
+                if where != task[3:]:       # measured ahead from another start or beat: run again
                     hit = None
                 if hit is None and key is not None:
                     hit = self.cache.get(key)
@@ -382,11 +399,17 @@ class _Search:
         for (p, i, _), value in zip(owners[:wanted], values):
             p.samples[i] = value
         for (p, i, _), task, value in zip(owners[wanted:], tasks[wanted:], values[wanted:]):
-            self.ahead[p.n, i] = (task[3], value)
+            self.ahead[p.n, i] = (task[3:], value)
         for p in wave:
             failure = next((s for s in p.samples if isinstance(s, Failed)), None)
             if failure is not None:
                 p.status, p.reason, p.samples = "failed", failure.reason, []
+                continue
+            beaten = next((s for s in p.samples if s.get("capacity_status") == BELOW_BEAT), None)
+            if beaten is not None:
+                p.status = "beaten"
+                p.reason = (f"the SLO failed at load {beaten['failed_load']:.6g}, at or below the "
+                            "capacity load of the best point measured before it")
                 continue
             p.status = "simulated"
             p.capacity = interval([s["capacity_rps"] for s in p.samples])[0]
@@ -399,10 +422,11 @@ class _Search:
         for i, s in enumerate(self.seeds):
             cfg = p.cfg.model_copy(update={"seed": s})
             wkey = self._workload(cfg)
-            start = self.neighbour_load(p, i)
-            task = TASK if start is None else f"{TASK} from {start!r}"
+            start, beat = self.neighbour_load(p, i), self.beat_load(i)
+            task = TASK + ("" if start is None else f" from {start!r}") + (
+                "" if beat is None else f" beating {beat!r}")
             key = self.cache.key(task, cfg, self.workloads[wkey][1], s) if self.cache else None
-            yield i, (cfg, wkey, s, start), key
+            yield i, (cfg, wkey, s, start, beat), key
 
     def neighbour_load(self, p: Point, seed_index: int) -> float | None:
         """Where `p`'s search starts: the capacity load of a measured neighbour (one instance
@@ -415,6 +439,14 @@ class _Search:
                 and sum(abs(int(p.values[c]) - int(q.values[c])) for c in self.counts) == 1
                 and all(p.values[k] == q.values[k] for k in p.values if k not in self.counts)]
         return min(near)[1] if near else None
+
+    def beat_load(self, seed_index: int) -> float | None:
+        """Asked only for the winner: the capacity load of the best point measured so far (the
+        waves before), which a point's search must pass to win."""
+        ranked = self.rankable() if self.winner_only else []
+        if not ranked:
+            return None
+        return min(ranked, key=self.rank_key).point.samples[seed_index].get("capacity_load")
 
     def bound(self, q: Point) -> tuple[float, Known | None]:
         """The least measured capacity among points with at least q's instances, raised by one
@@ -502,10 +534,11 @@ def plan(base_path: str | Path, vary: list[str], overrides: Sequence[str] = (), 
          budget: float | None = None, load: float | None = None, objective: str | None = None,
          seeds: int = 1, seed: int | None = None, backend=None, cache: ResultCache | None = None,
          on_progress: Callable[[int], None] | None = None,
-         on_total: Callable[[int], None] | None = None) -> Plan:
+         on_total: Callable[[int], None] | None = None, winner_only: bool = False) -> Plan:
     """Search the space; `backend` (default: local processes) runs the measurements, `cache`
     keeps and reuses them. `on_total(n)` is told the number of runs at most, `on_progress(k)` as
-    runs finish or are pruned."""
+    runs finish or are pruned. `winner_only` (for the capacity objective with one seed; ignored
+    otherwise): end the searches of points that cannot win early (module docstring)."""
     objective = objective or ("cost" if load is not None else "bcr")
     if objective not in OBJECTIVES:
         raise InputError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
@@ -532,13 +565,15 @@ def plan(base_path: str | Path, vary: list[str], overrides: Sequence[str] = (), 
     if on_total is not None:
         on_total(sum(p.status == "open" for p in points) * seeds)
     counts = [k for k in axes if k.endswith(".count")]
-    search = _Search(points, counts, objective, budget, load, seed_list, None, cache, on_progress)
+    search = _Search(points, counts, objective, budget, load, seed_list, None, cache, on_progress,
+                     winner_only and objective == "capacity" and seeds == 1)
     with Processes() if backend is None else nullcontext() as owned:
         search.backend = owned or backend
         search.search()
     ranked = [p.n for p in sorted(search.rankable(), key=search.rank_key)]
     return Plan(axes, objective, budget, load, seed_list, [p.row() for p in points], ranked,
-                search.pareto(), len(search.measured()) + sum(p.status == "failed" for p in points),
+                search.pareto(),
+                len(search.measured()) + sum(p.status in ("failed", "beaten") for p in points),
                 search.cached)
 
 
