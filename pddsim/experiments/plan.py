@@ -22,7 +22,8 @@ Asked only for the winner (`winner_only`, as `compare --best-split` asks; the ca
 one seed), a point's search is also given the capacity load of the best point measured so far and
 ends at the first load at or below it that fails: such a point cannot win (the rate a deployment
 sustains rises with the load offered), so it is "beaten" after a run or two instead of a whole
-search. Its capacity and the Pareto front are then not measured; the winner's search is whole.
+search, and so are the points with no more instances, pruned unrun. Their capacities and the
+Pareto front are then not measured; the winner's search is whole.
 
 Points run in waves, alternately the largest (maximal) and the smallest (minimal) of the points
 still open: the largest give the bounds, the smallest the cheap points that dominate. A wave is
@@ -478,11 +479,16 @@ class _Search:
         return None
 
     def prune(self, open_: list[Point]) -> None:
+        beaten = [p for p in self.points if p.status == "beaten"]
         for q in open_:
+            under = next((b for b in beaten if _leq(q, b, self.counts)), None)
             bound, by = self.bound(q)
-            if by is None or q.cost is None:
+            if under is not None:       # no more capacity than a point that cannot win
+                q.status = "pruned"
+                q.reason = f"at most the instances of beaten point {under.n}"
+            elif by is None or q.cost is None:
                 continue
-            if self.load is not None and bound < self.load:
+            elif self.load is not None and bound < self.load:
                 q.status = "pruned"
                 q.reason = f"capacity at most {bound:.3g} rps (point {by.n}) < load"
             elif self.cannot_win(q.cost, bound) and (dom := self.dominator(q.cost, bound)):
