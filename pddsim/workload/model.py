@@ -62,7 +62,7 @@ def _exact(values: list, kind: type) -> np.ndarray:
 class RequestColumns(Sequence[TraceRequest]):
     """A workload's requests held as columns, one array per `TraceRequest` field, the hash chains
     as one flat array (request i's: `hash_ids[hash_bounds[i]:hash_bounds[i + 1]]`). A million
-    requests as objects took ~280 MB; as columns, ~50 MB. `[i]` builds the request's
+    requests as objects took ~280 MB; as columns, ~60 MB. `[i]` builds the request's
     `TraceRequest` (Python ints and floats, the chain a tuple), for the one request a caller
     handles; a loop over one field of every request reads its column instead. Read-only: the
     arrays cannot be written. A column given as a scalar is that value for every request (a
@@ -136,7 +136,7 @@ class RequestColumns(Sequence[TraceRequest]):
     def take(self, index: np.ndarray) -> RequestColumns:
         """The requests at `index` (positions), in its order."""
         lengths = np.diff(self.hash_bounds)[index]
-        bounds = np.concatenate(([0], np.cumsum(lengths)))
+        bounds = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
         # each picked chain's ids: its old start, then consecutive positions
         at = np.repeat(self.hash_bounds[:-1][index] - bounds[:-1], lengths) + np.arange(bounds[-1])
         return RequestColumns(self.arrival_s[index], self.input_tokens[index],
@@ -184,7 +184,7 @@ class RequestColumns(Sequence[TraceRequest]):
         session_of = rank[inverse]
         members = np.argsort(session_of, kind="stable")
         bounds = np.concatenate(([0], np.cumsum(np.bincount(session_of, minlength=len(first)))))
-        return session_of, members, bounds
+        return session_of, members, bounds.astype(np.int64)
 
 
 @dataclass(frozen=True, slots=True)

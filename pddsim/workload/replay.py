@@ -119,16 +119,15 @@ class Replay:
 
     def _start_session(self, s: int) -> None:
         self.next_session = max(self.next_session, s + 1)
-        members = self.members[self.bounds[s]:self.bounds[s + 1]].tolist()
-        arrival, follows = self.reqs.arrival_s, self.reqs.follows
-        base = arrival.item(members[0])
+        members = self.members[self.bounds[s]:self.bounds[s + 1]]
+        base = self.reqs.arrival_s.item(members[0])
         if self.closed:
-            roots, ts = [i for i in members if follows.item(i) < 0], 1.0
+            roots, ts = members[self.reqs.follows[members] < 0], 1.0
         else:
             roots, ts = members, self.cfg.time_scale
-        offsets = np.array([(arrival.item(i) - base) / ts for i in roots])
+        offsets = np.array([(at - base) / ts for at in self.reqs.arrival_s[roots].tolist()])
         order = np.argsort(offsets, kind="stable")
-        self._at_times(self.env.now + offsets[order], np.array(roots)[order], self.issue_at_now)
+        self._at_times(self.env.now + offsets[order], roots[order], self.issue_at_now)
 
     def _start_phase(self, end: int) -> None:
         """A benchmark phase begins: its clients start, evenly over the ramp, each issuing the
