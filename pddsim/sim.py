@@ -171,31 +171,24 @@ def check_servable(cfg: Config, workload: Workload) -> None:
            else "clip it with workload.max_tokens")
     largest = check_fits(cfg)
     scale = cfg.workload.time_scale
-    reqs = workload.requests
-    # the first request refused, read from the columns (input + output compared without a sum
-    # that could overflow 64 bits)
-    too_big = np.flatnonzero(reqs.input_tokens > largest - reqs.output_tokens)
-    too_late = np.flatnonzero(reqs.arrival_s / scale + reqs.think_s > CLOCK_LIMIT_S)
-    if too_big.size or too_late.size:
-        i = int(min(too_big[:1].tolist() + too_late[:1].tolist()))
-        r = reqs[i]
-        if too_big.size and too_big[0] == i:
+    for i, r in enumerate(workload.requests):
+        if r.input_tokens + r.output_tokens > largest:
             raise InputError(
                 f"{where}: request {i} (arriving at {r.arrival_s:g} s) needs {r.input_tokens} + "
                 f"{r.output_tokens} tokens, more than any instance's KV memory holds ({largest}); "
                 f"{fix}")
-        raise InputError(
-            f"{where}: request {i} is replayed at {r.arrival_s / scale:g} s (time_scale "
-            f"{scale:g}) after {r.think_s:g} s of thinking, past {CLOCK_LIMIT_S:g} s, the latest "
-            f"time the simulated clock resolves to a microsecond")
+        if r.arrival_s / scale + r.think_s > CLOCK_LIMIT_S:
+            raise InputError(
+                f"{where}: request {i} is replayed at {r.arrival_s / scale:g} s (time_scale "
+                f"{scale:g}) after {r.think_s:g} s of thinking, past {CLOCK_LIMIT_S:g} s, the latest "
+                f"time the simulated clock resolves to a microsecond")
 
 
 def sample_period_s(cfg: Config, workload: Workload) -> float:
     """The time series' sampling period: the configured one or about 200 samples over the trace's
     span as replayed (a time scale stretches or squeezes it); refused when it would take more than
     MAX_SAMPLES samples per series over that span."""
-    arrivals = workload.requests.arrival_s
-    span_s = (float(arrivals.max()) if len(arrivals) else 0.0) / cfg.workload.time_scale
+    span_s = max((r.arrival_s for r in workload.requests), default=0.0) / cfg.workload.time_scale
     period_s = cfg.observe.sample_s
     if period_s is None:
         return default_period_s(span_s)

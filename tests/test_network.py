@@ -422,7 +422,7 @@ def test_a_lazy_background_gives_the_run_a_tick_per_period_gives(make_config, pe
                       wan={"bandwidth_gbps": 10, "rtt_ms": 20,
                            "background": {"mean": 0.3, "std": 0.2, "period_s": period_s}})
     w = poisson_workload(60, 0.2, 3000, 40, seed=4)
-    w = replace(w, requests=[replace(r, arrival_s=float(round(r.arrival_s))) for r in w.requests])
+    w.requests[:] = [replace(r, arrival_s=float(round(r.arrival_s))) for r in w.requests]
 
     def always_tick(env, dep, _pipeline):
         dep.daemons.stuck = env.event()

@@ -57,6 +57,7 @@ from pddsim.engine.request import Request
 from pddsim.metrics import met_slo
 from pddsim.sim import Result, load_workload, simulate
 from pddsim.stationary import always_inside_from, window_figures
+from pddsim.workload.horizon import sessions_of
 from pddsim.workload.model import Workload
 
 # two-sided 95% Student-t quantiles by degrees of freedom (beyond 30: the 30 value, conservative)
@@ -158,8 +159,8 @@ def at_load(cfg: Config, load: float) -> Config:
 
 def _session_count(workload: Workload) -> int:
     """Sessions as replay counts them: a request without a session is its own."""
-    ids = workload.requests.session_id
-    return len(np.unique(ids[ids >= 0])) + int(np.count_nonzero(ids < 0))
+    ids = [r.session_id for r in workload.requests]
+    return len({s for s in ids if s >= 0}) + sum(s < 0 for s in ids)
 
 
 def passes(result: Result, figures: dict, target: float) -> bool:
@@ -175,12 +176,11 @@ def hopeless(cfg: Config, workload: Workload, steady: bool) -> Callable[[Request
     issued where the window always reaches (`always_inside_from` the first issue to the last
     session start), so the misses counted are all inside it."""
     allowed = (1 - cfg.slo.target) * len(workload.requests)
+    reqs = workload.requests
     start, end = -math.inf, math.inf
-    if steady and len(workload.requests):
-        _, members, bounds = workload.requests.sessions()
-        firsts = workload.requests.arrival_s[members[bounds[:-1]]]
-        first, last = float(firsts.min()), float(firsts.max())
-        start, end = always_inside_from(first, last), last
+    firsts = [reqs[members[0]].arrival_s for members in sessions_of(workload)] if steady else []
+    if firsts:
+        start, end = always_inside_from(min(firsts), max(firsts)), max(firsts)
     missed = 0
 
     def stop(req: Request) -> bool:

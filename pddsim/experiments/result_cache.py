@@ -31,10 +31,10 @@ def _digest(obj) -> str:
 
 
 def workload_digest(workload: Workload) -> str:
-    """Each request's fields in `TraceRequest`'s order, as Python values, by their repr."""
     h = hashlib.sha256()
-    for row in workload.requests.rows():
-        h.update(repr(row).encode())
+    for r in workload.requests:
+        h.update(repr((r.arrival_s, r.input_tokens, r.output_tokens, r.hash_ids, r.block_tokens,
+                       r.session_id, r.think_s, r.follows)).encode())
     return h.hexdigest()
 
 

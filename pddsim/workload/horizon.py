@@ -37,9 +37,10 @@ def poisson_starts(rate: float, horizon_s: float, rng: np.random.Generator) -> n
 def sessions_of(workload: Workload) -> list[list[int]]:
     """Request indices per session, in order of first appearance; a request without a session is
     one of its own."""
-    _, members, bounds = workload.requests.sessions()
-    ends = bounds.tolist()
-    return [members[a:b].tolist() for a, b in zip(ends, ends[1:])]
+    groups: dict[int, list[int]] = {}
+    for i, r in enumerate(workload.requests):
+        groups.setdefault(r.session_id if r.session_id >= 0 else -1 - i, []).append(i)
+    return list(groups.values())
 
 
 def resample(base: Workload, rate: float, horizon_s: float, seed: int) -> Workload:
@@ -52,7 +53,7 @@ def resample(base: Workload, rate: float, horizon_s: float, seed: int) -> Worklo
     starts = poisson_starts(rate, horizon_s, np.random.default_rng([seed, 7]))
     # the k-th start draws the same session at every rate (a stream of its own)
     picks = np.random.default_rng([seed, 8]).integers(0, len(sessions), len(starts))
-    reqs = list(base.requests)           # each request read several times below: built once
+    reqs = base.requests
     owners: dict[int, set[int]] = {}
     for s, members in enumerate(sessions):
         for i in members:

@@ -30,7 +30,7 @@ class Replay:
     def __init__(self, env, workload: Workload, wcfg: WorkloadConfig, rng: np.random.Generator,
                  issue: Callable[[int], None]):
         self.env = env
-        self.reqs = workload.requests         # read by column: no request is built here
+        self.reqs = workload.requests
         self.cfg = wcfg
         self.rng = rng
         self.issue_at_now = issue
@@ -40,19 +40,28 @@ class Replay:
         self.phase_end = 0                    # and the end of the phase they are issuing
         self.ended = 0
         self.all_ended = env.event()
-        # sessions in order of first appearance (members of session s:
-        # self.members[self.bounds[s]:self.bounds[s + 1]])
-        self.session_of, self.members, self.bounds = self.reqs.sessions()
-        self.n_sessions = len(self.bounds) - 1
-        self.left_in_session = np.diff(self.bounds).tolist()
+        # sessions in order of first appearance; a request without a session is its own. Held as
+        # arrays (members of session s: self.members[self.bounds[s]:self.bounds[s + 1]]), not a list
+        # per session: a million independent requests are a million sessions.
+        n = len(self.reqs)
+        ids = np.fromiter((r.session_id for r in self.reqs), dtype=np.int64, count=n)
+        keys = np.where(ids >= 0, ids, -1 - np.arange(n, dtype=np.int64))
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+        self.session_of = rank[inverse]
+        self.members = np.argsort(self.session_of, kind="stable")
+        counts = np.bincount(self.session_of, minlength=len(first))
+        self.bounds = np.concatenate(([0], np.cumsum(counts)))
+        self.n_sessions = len(first)
+        self.left_in_session = counts.tolist()
         self.children: dict[int, list[int]] = defaultdict(list)
         if self.closed:
-            follows = self.reqs.follows
-            for i in np.flatnonzero(follows >= 0).tolist():
-                leader = follows.item(i)
-                _check_follows(workload.source, i, leader, self.session_of,
-                               wcfg.session_start == "concurrent")
-                self.children[leader].append(i)
+            for i, r in enumerate(self.reqs):
+                if r.follows >= 0:
+                    _check_follows(workload.source, i, r.follows, self.session_of,
+                                   wcfg.session_start == "concurrent")
+                    self.children[r.follows].append(i)
         self.next_session = 0
 
     def start(self) -> None:
@@ -69,7 +78,7 @@ class Replay:
                 self._start_session(self.next_session)
             return
         ts = self.cfg.time_scale
-        arrivals = np.asarray(self.reqs.arrival_s, dtype=float)
+        arrivals = np.fromiter((r.arrival_s for r in self.reqs), dtype=float, count=len(self.reqs))
         firsts = arrivals[self.members[self.bounds[:-1]]]
         if start == "recorded":
             starts = firsts / ts
@@ -119,15 +128,15 @@ class Replay:
 
     def _start_session(self, s: int) -> None:
         self.next_session = max(self.next_session, s + 1)
-        members = self.members[self.bounds[s]:self.bounds[s + 1]]
-        base = self.reqs.arrival_s.item(members[0])
+        members = self.members[self.bounds[s]:self.bounds[s + 1]].tolist()
+        base = self.reqs[members[0]].arrival_s
         if self.closed:
-            roots, ts = members[self.reqs.follows[members] < 0], 1.0
+            roots, ts = [i for i in members if self.reqs[i].follows < 0], 1.0
         else:
             roots, ts = members, self.cfg.time_scale
-        offsets = np.array([(at - base) / ts for at in self.reqs.arrival_s[roots].tolist()])
+        offsets = np.array([(self.reqs[i].arrival_s - base) / ts for i in roots])
         order = np.argsort(offsets, kind="stable")
-        self._at_times(self.env.now + offsets[order], roots[order], self.issue_at_now)
+        self._at_times(self.env.now + offsets[order], np.array(roots)[order], self.issue_at_now)
 
     def _start_phase(self, end: int) -> None:
         """A benchmark phase begins: its clients start, evenly over the ramp, each issuing the
@@ -158,7 +167,7 @@ class Replay:
             return
         self.ended += 1
         for child in self.children.pop(idx, ()):
-            self.env.timeout(self.reqs.think_s.item(child)).callbacks.append(partial(self._issue, child))
+            self.env.timeout(self.reqs[child].think_s).callbacks.append(partial(self._issue, child))
         s = int(self.session_of[idx])
         self.left_in_session[s] -= 1
         if (self.left_in_session[s] == 0 and self.cfg.session_start == "concurrent"

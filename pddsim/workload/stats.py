@@ -99,12 +99,12 @@ def trace_stats(workload: Workload, *, lru_capacity_tokens: int | None = None,
         raise InputError(f"workload {workload.source!r} has no requests")
     if lru_capacity_tokens is not None and lru_capacity_tokens <= 0:
         raise InputError(f"lru_capacity_tokens={lru_capacity_tokens} must be > 0")
-    arrivals = np.asarray(workload.requests.arrival_s, dtype=float)
+    arrivals = np.array([r.arrival_s for r in workload.requests])
     order = np.argsort(arrivals, kind="stable")
-    ordered = Workload(workload.requests.take(order), workload.source)
+    ordered = Workload([workload.requests[i] for i in order], workload.source)
     arrivals = arrivals[order]
-    inputs = ordered.requests.input_tokens
-    outputs = ordered.requests.output_tokens
+    inputs = np.array([r.input_tokens for r in ordered.requests])
+    outputs = np.array([r.output_tokens for r in ordered.requests])
     hit_fields = partial(_hit_fields, ordered, inputs, *_windows(arrivals, window_s))
     duration = float(arrivals[-1] - arrivals[0])
     stats = {"requests": len(ordered),
@@ -115,7 +115,7 @@ def trace_stats(workload: Workload, *, lru_capacity_tokens: int | None = None,
              **hit_fields(None)}
     if lru_capacity_tokens is not None:
         stats["lru"] = {"capacity_tokens": lru_capacity_tokens, **hit_fields(lru_capacity_tokens)}
-    unhashed = int(np.count_nonzero(np.diff(ordered.requests.hash_bounds) == 0))
+    unhashed = sum(1 for r in ordered.requests if not r.hash_ids)
     if unhashed:
         stats["note"] = (f"{unhashed} of {len(ordered)} requests carry no prefix hashes: "
                          "their hit rate is 0")

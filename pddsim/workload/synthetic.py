@@ -20,7 +20,7 @@ from pddsim.config import (
     parse_drift,
 )
 from pddsim.intmath import ceil_div
-from pddsim.workload.model import Clients, RequestColumns, TraceRequest, Workload
+from pddsim.workload.model import Clients, TraceRequest, Workload
 
 
 def _lognormal(rng: np.random.Generator, mean: float, sigma: float, size: int) -> np.ndarray:
@@ -50,25 +50,25 @@ def poisson_workload(n_requests: int, rate_rps: float, input_mean: float, output
 
 def poisson(spec: PoissonSpec, seed: int) -> Workload:
     """Independent requests: Poisson arrivals, lognormal lengths (see `PoissonSpec`); the shared
-    prefix isolates the cost of uncached prefill. Built as columns: a million requests, no
-    million objects."""
+    prefix isolates the cost of uncached prefill."""
     n = spec.n_requests
     prefix, bt = spec.shared_prefix_tokens, spec.block_tokens
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1 / spec.rate_rps, n))
     inputs = prefix + _tokens(_lognormal(rng, spec.input_mean - prefix, spec.input_sigma, n))
     outputs = _tokens(_lognormal(rng, spec.output_mean, spec.output_sigma, n))
-    shared = prefix // bt
-    # a chain is the shared prefix's ids 0..shared-1, then the request's fresh blocks, numbered
-    # after the shared ones and the fresh blocks of the requests before it
-    blocks = ceil_div(inputs, bt)
-    fresh = blocks - shared
-    bounds = np.concatenate(([0], np.cumsum(blocks)))
-    position = np.arange(bounds[-1]) - np.repeat(bounds[:-1], blocks)
-    skipped = np.repeat(np.cumsum(fresh) - fresh, blocks)
-    hash_ids = np.where(position < shared, position, position + skipped)
-    return Workload(RequestColumns(arrivals, inputs, outputs, hash_ids, bounds, block_tokens=bt),
-                    source=f"poisson(seed={seed})", extra={"generator": "poisson", "seed": seed})
+    shared = tuple(range(prefix // bt))
+    # request k's fresh blocks follow the shared prefix and the fresh blocks of those before it
+    fresh = ceil_div(inputs, bt) - len(shared)
+    first_new = len(shared) + np.cumsum(fresh) - fresh
+    requests = [
+        TraceRequest(arrival_s=t, input_tokens=n_in, output_tokens=n_out,
+                     hash_ids=_chain(shared, n_in, bt, first), block_tokens=bt)
+        for t, n_in, n_out, first in zip(arrivals.tolist(), inputs.tolist(), outputs.tolist(),
+                                         first_new.tolist())
+    ]
+    return Workload(requests, source=f"poisson(seed={seed})",
+                    extra={"generator": "poisson", "seed": seed})
 
 
 def day_time(flat_s: np.ndarray, curve: str, day_s: float) -> np.ndarray:
@@ -183,15 +183,17 @@ def benchmark(spec: BenchmarkSpec, seed: int) -> Workload:
     n = spec.warmup_requests + spec.measured
     rng = np.random.default_rng(seed)
 
-    def lengths(mean: int, jitter: float) -> np.ndarray:
+    def lengths(mean: int, jitter: float) -> list[int]:
         if not jitter:
-            return np.full(n, mean, dtype=np.int64)
-        return _tokens(rng.normal(mean, jitter * mean, n))
+            return [mean] * n
+        return _tokens(rng.normal(mean, jitter * mean, n)).tolist()
     inputs, outputs = lengths(spec.isl, spec.isl_jitter), lengths(spec.osl, spec.osl_jitter)
-    # each prompt's blocks follow the previous prompt's: the chains are 0, 1, 2, ... cut by length
-    bounds = np.concatenate(([0], np.cumsum(ceil_div(inputs, spec.block_tokens))))
-    requests = RequestColumns(np.zeros(n), inputs, outputs, np.arange(bounds[-1]), bounds,
-                              block_tokens=spec.block_tokens)
+    bt = spec.block_tokens
+    blocks = [ceil_div(i, bt) for i in inputs]
+    first = np.cumsum([0] + blocks[:-1]).tolist()
+    requests = [TraceRequest(arrival_s=0.0, input_tokens=i, output_tokens=o,
+                             hash_ids=tuple(range(f, f + b)), block_tokens=bt)
+                for i, o, f, b in zip(inputs, outputs, first, blocks)]
     return Workload(requests, source=f"benchmark(seed={seed})",
                     extra={"generator": "benchmark", "seed": seed, "spec": spec.model_dump()},
                     clients=Clients(spec.concurrency, spec.warmup_requests, spec.ramp_s, spec.think_s))
