@@ -143,7 +143,7 @@ def test_workers_and_seeds_change_nothing(small):
     assert one.distinguishable in (True, False)
 
 
-def test_winner_only_ends_the_searches_that_cannot_win(small, grid):
+def test_winner_only_ends_the_searches_that_cannot_win(small):
     """Asked only for the winner, a point's search ends at its first failure at or below the best
     capacity load measured before it: the same winner, its capacity from a whole search, in fewer
     runs; a beaten point's capacity is in truth below the winner's; the plan is the same with
@@ -156,8 +156,8 @@ def test_winner_only_ends_the_searches_that_cannot_win(small, grid):
     beaten = [p for p in quick.points if p["status"] == "beaten"]
     assert beaten and all(p["outcome"] == "beaten" and p["capacity_rps"] is None for p in beaten)
     full = {p["point"]: p for p in whole.points}
-    for p in beaten:
-        assert full[p["point"]]["capacity_rps"] < whole.best["capacity_rps"]
+    for p in beaten:                        # measured whole, or pruned there as unable to win
+        assert (full[p["point"]]["capacity_rps"] or 0) < whole.best["capacity_rps"]
 
     def runs(result):
         return sum(p["capacity_runs"] or 0 for p in result.points)
