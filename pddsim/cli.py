@@ -165,7 +165,7 @@ def cmd_compare(args) -> int:
     if planned:
         configs, budget = paper.planned_configs(overrides)
     elif best_split:
-        from pddsim.experiments.plan import best_splits
+        from pddsim.experiments.plan import best_splits, split_of
         with _backend(args) as backend, _progress(None, args.quiet) as bar:
             bar.unit = "run"
             chosen = best_splits(paths, overrides, budget=args.budget, objective=args.objective,
@@ -190,12 +190,19 @@ def cmd_compare(args) -> int:
         summaries = compare(configs, workload, seed=args.seed, capacity=capacity,
                             on_progress=bar.update, out_dir=args.out)
     if args.json:
-        print(_json([{**s, "provenance": provenance(cfg, args.seed)} for s, cfg in zip(summaries, configs)]))
+        rows = [{**s, "provenance": provenance(cfg, args.seed)} for s, cfg in zip(summaries, configs)]
+        if best_split:          # how each system's split was found: what the plan simulated
+            for row, (cfg, found) in zip(rows, chosen):
+                row["best_split"] = {**{k: found.to_json()[k] for k in
+                                        ("space", "simulated", "runs", "cached")},
+                                     "values": split_of(cfg)}
+        print(_json(rows))
         return 0
     if best_split:
         print(f"each system's best split within ${chosen[0][1].budget:g}/h "
               f"({args.objective}; simulated "
-              + ", ".join(f"{r.simulated} of {r.space}" for _, r in chosen) + " points)")
+              + ", ".join(f"{r.simulated} of {r.space} points, {r.runs_text()}" for _, r in chosen)
+              + ")")
     if planned:
         print(f"each system at its best split within ${budget:g}/h (the most capacity), as "
               f"--best-split planned it ({paper.PLANNED_SPLITS.parent.name}/"

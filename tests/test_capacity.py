@@ -147,6 +147,25 @@ def test_a_search_from_another_start_finds_the_same_capacity(make_config, start)
     assert all(k == pytest.approx(round(k), abs=1e-9) for k in positions)
 
 
+def test_a_search_given_a_load_to_beat_tries_it_first(make_config):
+    """Given a load to beat above the capacity, the search ends in one failing run there; given
+    the capacity's own load, it passes there and finds the capacity a search without it finds,
+    one run more at most."""
+    cfg = horizon_config(make_config, 0.5, roles=(("colocated", 1),), per_token=1e-4)
+    scratch = find_capacity(cfg, load_workload(cfg))
+    failing = min(load for load, ok in scratch.loads.items() if not ok)
+    beaten = find_capacity(cfg, load_workload(cfg), beat=failing * 1.001)
+    assert beaten.status == capacity.BELOW_BEAT and beaten.loads == {failing: False}
+    level = find_capacity(cfg, load_workload(cfg), beat=scratch.load)
+    assert (level.load, level.capacity_rps, level.interval) == (
+        scratch.load, scratch.capacity_rps, scratch.interval)
+    assert set(scratch.loads) <= set(level.loads) and len(level.loads) <= len(scratch.loads) + 1
+    lattice = capacity.Lattice(0.5, 0.03, False, None)
+    assert lattice.load(lattice.at_or_below(scratch.load)) == scratch.load
+    assert lattice.load(lattice.at_or_below(failing * 0.999)) < failing
+    assert capacity.Lattice(4, 0.03, True, 16).at_or_below(6.5) == 6
+
+
 def test_a_run_that_never_saturates_reports_a_lower_bound(make_config):
     cfg = horizon_config(make_config, 0.05, roles=(("colocated", 4),))
     cap = find_capacity(cfg, load_workload(cfg), max_doublings=2)

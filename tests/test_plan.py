@@ -170,14 +170,36 @@ def test_winner_only_ends_the_searches_that_cannot_win(small):
         small, [f"{D}=1..2"], seeds=2, seed=0, backend=Processes(1), objective="capacity").to_json()
 
 
+def test_winner_only_measures_first_the_points_nearest_the_configured_split(small):
+    """Asked for the winner within a budget of 4 instances, the plan measures first the two splits
+    nearest the configured 3P + 1D, alone, then gives the rest the best so far to beat: the same
+    winner as the whole plan's, and the same plan with a third worker measuring ahead."""
+    vary = [f"{P}=1..3", f"{D}=1..3"]
+    budget = 4 * 21.52 + 0.01
+    whole = plan(small, vary, [f"{P}=3"], budget=budget, objective="capacity", seed=0,
+                 backend=Processes(1))
+    slots = Slots(1)
+    quick = plan(small, vary, [f"{P}=3"], budget=budget, objective="capacity", seed=0,
+                 backend=slots, winner_only=True)
+    assert quick.best["values"] == whole.best["values"]
+    assert quick.best["capacity_rps"] == whole.best["capacity_rps"]
+    first, *later = slots.tasks
+    assert [split for split, _ in first] == [(3, 1), (2, 2)]
+    assert all(beat is None for _, beat in first) and all(beat for _, beat in later[0])
+    assert plan(small, vary, [f"{P}=3"], budget=budget, objective="capacity", seed=0,
+                backend=Slots(3), winner_only=True).to_json() == quick.to_json()
+
+
 class Slots:
     """A backend with `workers` slots that runs each batch here, in order."""
 
     def __init__(self, workers: int):
-        self.workers, self.batches = workers, []
+        self.workers, self.batches, self.tasks = workers, [], []
 
     def map(self, fn, items, shared=None, on_done=None):
         self.batches.append(len(items))
+        self.tasks.append([(tuple(g.count for g in cfg.clusters["a"].instances), beat)
+                           for cfg, _, _, _, beat in items])
         results = [fn(shared, item) for item in items]
         for i, value in enumerate(results):
             if on_done is not None:
@@ -202,6 +224,8 @@ def test_idle_workers_measure_ahead_without_changing_the_plan(small):
     assert any(p["status"] == "pruned" for p in one.points)
     assert sum(slots.batches) > one.simulated
     assert max(slots.batches) % 3 == 0
+    # what was measured ahead and not used is counted, apart from the plan's own runs
+    assert one.unused_runs == 0 and three.runs == one.runs
 
 
 def test_cli_json_table_and_out(small, shared_cache, tmp_path, capsys):
@@ -330,16 +354,19 @@ def test_best_split_compare_plans_each_system_within_one_budget(small, shared_ca
         assert summary["split"] == " + ".join(f"{n}{x}" for n, x in zip(counts, letters))
         assert summary["cost_per_hour"] <= budget
         assert summary["capacity_rps"] == best["capacity_rps"]
+        assert summary["best_split"]["values"] == best["values"]
+        assert summary["best_split"]["runs"] >= summary["best_split"]["simulated"] > 0
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "within $90/h" in text and summaries[0]["split"] in text
+    assert f"{summaries[0]['best_split']['runs']} simulations" in text
     input_error(main(["compare", str(small), "--best-split", "--no-capacity"]),
                        capsys.readouterr().err, "--no-capacity")
 
 
 def test_the_paper_comparison_runs_at_the_planned_splits(tmp_path, capsys, input_error):
     """The paper scenario's default comparison is the fair one: each system at the split that
-    `compare --best-split` found within one budget (shipped: planning it takes hours), each
+    `compare --best-split` found within one budget (shipped: planning it takes minutes), each
     within that budget, the budget being what `--best-split` plans within by default."""
     from pddsim.cost import cost_per_hour
     from pddsim.experiments.paper import PAPER_CONFIGS, PLANNED_SPLITS, planned_configs

@@ -33,9 +33,10 @@ there a lower bound.
 
 A search can also stop once its answer no longer matters: given `beat` (a load, such as the
 capacity load of the best point a plan has measured), it ends at the first load at or below `beat`
-that fails, the capacity then lying below that load (status "below beat", no capacity). A caller
-that wants only a deployment with more capacity than `beat`'s learns that one is not in a run or
-two instead of a whole search.
+that fails, the capacity then lying below that load (status "below beat", no capacity). It tries
+the lattice's load at `beat` first: a caller that wants only a deployment with more capacity than
+`beat`'s learns that one is not in one run instead of a whole search, and a search that passes
+there goes on as it would have, one run more.
 
 Early stop. A run is stopped as soon as it can no longer pass: when the requests known to miss the
 SLO already exceed what the target allows of all the workload's requests (whole run), or of the
@@ -226,6 +227,14 @@ class Lattice:
         """j of the doubling nearest `load`."""
         return round(math.log2(load / self.base))
 
+    def at_or_below(self, load: float) -> int:
+        """The position of the highest load of the lattice at or below `load` (`load` itself
+        when it is one: a beat load is a capacity load of the same lattice)."""
+        if self.integer:
+            return max(int(load), 1)
+        k = math.floor(math.log2(load / self.base) * self.steps + 1e-9)
+        return k if self.load(k) <= load else k - 1
+
 
 def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None,
                   rel_tol: float = 0.03, max_doublings: int = 8, early_stop: bool = True,
@@ -237,7 +246,9 @@ def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None,
     config). `start`: begin at the configured value's doubling nearest this load (a neighbour's
     capacity load, in a plan; default the configured value itself): the loads tried lie on the
     configured value's `Lattice` whatever the start. `max_doublings` bounds the bracketing each
-    way. `beat`: end at the first load at or below it that fails (status "below beat").
+    way. `beat`: end at the first load at or below it that fails (status "below beat"); the
+    lattice's load at or below `beat` is tried first, so a search that cannot win ends in one run
+    (a failing run, stopped early) and one that can costs one run more.
     `early_stop`: stop runs that can no longer pass (same capacity, less time). `on_progress` is
     passed to every run's simulate. The Capacity's `result` is the run at `load`, so
     `at_load(cfg, cap.load)` reproduces it."""
@@ -276,6 +287,8 @@ def find_capacity(cfg: Config, workload: Workload, *, seed: int | None = None,
         return lattice.load(hi) - lattice.load(lo) <= half * lattice.load(lo)
 
     try:
+        if beat is not None:    # tried first: a failure there ends the search in one run
+            meets(lattice.at_or_below(beat))
         j = 0 if start is None else lattice.nearest_doubling(start)
         first = lattice.doubling(j)
         lo, hi = (first, None) if meets(first) else (None, first)

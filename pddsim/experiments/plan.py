@@ -21,9 +21,12 @@ attainment is monotone in the load, in fewer runs.
 Asked only for the winner (`winner_only`, as `compare --best-split` asks; the capacity objective,
 one seed), a point's search is also given the capacity load of the best point measured so far and
 ends at the first load at or below it that fails: such a point cannot win (the rate a deployment
-sustains rises with the load offered), so it is "beaten" after a run or two instead of a whole
-search, and so are the points with no more instances, pruned unrun. Their capacities and the
-Pareto front are then not measured; the winner's search is whole.
+sustains rises with the load offered), so it is "beaten" after one run (its search tries that load
+first) instead of a whole search, and so are the points with no more instances, pruned unrun. Their
+capacities and the Pareto front are then not measured; the winner's search is whole. So that the
+best is known early, the first waves are cut to the two points nearest (fewest instances moved) the
+best so far, or before one is known the configured split, for as long as each such wave finds a new
+best; the rest of the wave then runs at once, given that best to beat.
 
 Points run in waves, alternately the largest (maximal) and the smallest (minimal) of the points
 still open: the largest give the bounds, the smallest the cheap points that dominate. A wave is
@@ -61,6 +64,7 @@ from pddsim.workload.model import Workload
 OBJECTIVES = ("bcr", "capacity", "cost", "margin")
 TASK = "plan-capacity"      # what a cached result measured
 CAPACITY_TOL = 0.03         # the capacity search's relative tolerance
+SCOUTS = 2                  # points a winner-only plan measures at a time while its best moves
 # the slack on bounds: a capacity is the rate at the last passing load of the search's lattice, the
 # true one lies below the next load up
 CAPACITY_SLACK = 2.0 ** (1 / Lattice(1.0, CAPACITY_TOL, False, None).steps)
@@ -177,6 +181,19 @@ class Plan:
     pareto: list[int]            # point numbers on the cost / capacity front, by cost
     simulated: int               # points measured (from the cache or run)
     cached: int                  # runs (point x seed) taken from the cache
+    # simulations of searches measured ahead and then not used: how the work was spread over the
+    # workers, not part of the plan (kept out of `to_json`, which is the same for any workers)
+    unused_runs: int = 0
+
+    @property
+    def runs(self) -> int:
+        """The simulations the plan's answer rests on: every capacity search's runs."""
+        return sum(p["capacity_runs"] or 0 for p in self.points)
+
+    def runs_text(self) -> str:
+        """The simulations it took, where its CPU time went."""
+        return f"{self.runs} simulations" + (
+            f" (+{self.unused_runs} measured ahead, not used)" if self.unused_runs else "")
 
     @property
     def space(self) -> int:
@@ -221,7 +238,8 @@ class Plan:
     def to_json(self) -> dict:
         return {"objective": self.objective, "budget": self.budget, "load": self.load,
                 "seeds": self.seeds, "space": self.space, "simulated": self.simulated,
-                "cached": self.cached, "best": self.best, "runner_up": self.runner_up,
+                "cached": self.cached, "runs": self.runs,
+                "best": self.best, "runner_up": self.runner_up,
                 "distinguishable": self.distinguishable,
                 "pareto": [self.point(n) for n in self.pareto], "points": self.points}
 
@@ -323,9 +341,11 @@ class Known(NamedTuple):
 
 class _Search:
     def __init__(self, points, counts, objective, budget, load, seeds, backend, cache, on_progress,
-                 winner_only=False):
+                 winner_only=False, configured=None):
         self.points, self.counts, self.objective = points, counts, objective
         self.winner_only = winner_only
+        # the base config's counts on the count axes, where a winner-only search looks first
+        self.configured: dict[str, int] = configured or {}
         self.budget, self.load, self.seeds = budget, load, seeds
         self.backend, self.cache = backend, cache
         self.progress = on_progress or (lambda n: None)
@@ -333,6 +353,7 @@ class _Search:
         self.cached = 0
         # (point, seed index) -> (its search's start, what it measured) for points measured ahead
         self.ahead: dict[tuple[int, int], tuple[float | None, Any]] = {}
+        self.unused_runs = 0       # runs of searches measured ahead, then run again or pruned
 
     def _workload(self, cfg: Config) -> str:
         key = json.dumps([cfg.workload.model_dump(mode="json"), cfg.base_dir, cfg.seed])
@@ -369,6 +390,7 @@ class _Search:
             for i, task, key in self._tasks(p):
                 where, hit = self.ahead.pop((p.n, i), (None, None))
                 if where != task[3:]:       # measured ahead from another start or beat: run again
+                    self._unused(hit)
                     hit = None
                 if hit is None and key is not None:
                     hit = self.cache.get(key)
@@ -417,6 +439,10 @@ class _Search:
             p.bcr = interval([s["bcr_at_capacity"] for s in p.samples])[0]
             p.margin = interval([s.get("margin_at_capacity") for s in p.samples])[0]
 
+    def _unused(self, measured) -> None:
+        if isinstance(measured, dict):
+            self.unused_runs += measured.get("runs", 0)
+
     def _tasks(self, p: Point):
         """(seed index, task, cache key) for each of the point's seeds."""
         assert p.cfg is not None                      # open points are deployments
@@ -441,13 +467,23 @@ class _Search:
                 and all(p.values[k] == q.values[k] for k in p.values if k not in self.counts)]
         return min(near)[1] if near else None
 
+    def best(self) -> Point | None:
+        ranked = self.rankable()
+        return min(ranked, key=self.rank_key).point if ranked else None
+
     def beat_load(self, seed_index: int) -> float | None:
         """Asked only for the winner: the capacity load of the best point measured so far (the
         waves before), which a point's search must pass to win."""
-        ranked = self.rankable() if self.winner_only else []
-        if not ranked:
-            return None
-        return min(ranked, key=self.rank_key).point.samples[seed_index].get("capacity_load")
+        best = self.best() if self.winner_only else None
+        return None if best is None else best.samples[seed_index].get("capacity_load")
+
+    def nearest(self, wave: list[Point]) -> list[Point]:
+        """`wave` nearest first (instances moved) to the best point so far, or, before one is
+        known, to the configured split: where the winner most likely is."""
+        best = self.best()
+        ref = self.configured if best is None else {k: best.values[k] for k in self.counts}
+        return sorted(wave, key=lambda p: (sum(abs(int(p.values[k]) - int(ref[k]))
+                                               for k in self.counts if k in ref), p.n))
 
     def bound(self, q: Point) -> tuple[float, Known | None]:
         """The least measured capacity among points with at least q's instances, raised by one
@@ -499,15 +535,24 @@ class _Search:
 
     def search(self) -> None:
         open_ = [p for p in self.points if p.status == "open"]
-        top = True
+        top, climbing = True, self.winner_only
         while open_:
             wave = _frontier(open_, self.counts, top)
-            rest = [p for p in open_ if p not in wave]
-            self.run(wave, _frontier(rest, self.counts, not top))
-            top = not top
+            if climbing and len(wave) > SCOUTS:     # the points nearest the best, a few at a time
+                near = self.nearest(wave)
+                wave, upcoming = near[:SCOUTS], near[SCOUTS:]
+                best = self.best()
+                self.run(wave, upcoming)
+                climbing = best is None or self.best() is not best
+            else:
+                rest = [p for p in open_ if p not in wave]
+                self.run(wave, _frontier(rest, self.counts, not top))
+                top = not top
             open_ = [p for p in open_ if p.status == "open"]
             self.prune(open_)
             open_ = [p for p in open_ if p.status == "open"]
+        for _, measured in self.ahead.values():      # points pruned before their wave came
+            self._unused(measured)
 
     def pareto(self) -> list[int]:
         front, best_cap = [], -math.inf
@@ -566,13 +611,15 @@ def plan(base_path: str | Path, vary: list[str], overrides: Sequence[str] = (), 
         for p in points:
             if p.cost is not None and p.cost > budget:
                 p.status, p.reason = "over budget", f"${p.cost:.2f}/h > ${budget:g}/h"
-    base_seed = load_config(base_path, overrides).seed if seed is None else seed
+    base = load_config(base_path, overrides)
+    base_seed = base.seed if seed is None else seed
     seed_list = [base_seed + i for i in range(seeds)]
     if on_total is not None:
         on_total(sum(p.status == "open" for p in points) * seeds)
     counts = [k for k in axes if k.endswith(".count")]
     search = _Search(points, counts, objective, budget, load, seed_list, None, cache, on_progress,
-                     winner_only and objective == "capacity" and seeds == 1)
+                     winner_only and objective == "capacity" and seeds == 1,
+                     {k: v for k, v in split_of(base).items() if k in counts})
     with Processes() if backend is None else nullcontext() as owned:
         search.backend = owned or backend
         search.search()
@@ -580,7 +627,7 @@ def plan(base_path: str | Path, vary: list[str], overrides: Sequence[str] = (), 
     return Plan(axes, objective, budget, load, seed_list, [p.row() for p in points], ranked,
                 search.pareto(),
                 len(search.measured()) + sum(p.status in ("failed", "beaten") for p in points),
-                search.cached)
+                search.cached, search.unused_runs)
 
 
 # ---- output -------------------------------------------------------------------------------------
@@ -602,7 +649,8 @@ def format_plan(result: Plan, limit: int = 20) -> str:
     winner against the runner-up, the Pareto front."""
     outcomes = pd.Series([p["outcome"] for p in result.points]).value_counts().to_dict()
     lines = [f"simulated {result.simulated} of {result.space} points ("
-             + ", ".join(f"{n} {o}" for o, n in outcomes.items()) + ")"
+             + ", ".join(f"{n} {o}" for o, n in outcomes.items()) + "), "
+             + result.runs_text()
              + (f"; {result.cached} run(s) from the cache" if result.cached else "")
              + f"; objective {result.objective}"
              + (f", budget ${result.budget:g}/h" if result.budget is not None else "")
