@@ -234,8 +234,9 @@ def test_cli_json_table_and_out(small, shared_cache, tmp_path, capsys):
             "--quiet", "--seed", "0", "--cache", str(shared_cache.dir)]
     assert main([*args, "--json", "--out", str(out)]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert {"best", "pareto", "points", "simulated", "space"} <= set(doc)
+    assert {"best", "pareto", "points", "simulated", "space", "runs"} <= set(doc)
     assert doc["space"] == len(doc["points"]) == 6
+    assert doc["runs"] == sum(p["capacity_runs"] or 0 for p in doc["points"]) >= doc["simulated"]
     for p in doc["points"]:
         assert set(p["values"]) == {P, D}
         assert {"capacity_rps", "cost_per_hour", "bcr_at_capacity"} <= set(p)
@@ -258,6 +259,7 @@ def test_cli_json_table_and_out(small, shared_cache, tmp_path, capsys):
     assert main(args) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"simulated {doc['simulated']} of 6 points")
+    assert f"{doc['runs']} simulations" in text.splitlines()[0]
     assert f"best: point {doc['best']['point']} " in text and "Pareto front" in text
 
 
@@ -362,6 +364,19 @@ def test_best_split_compare_plans_each_system_within_one_budget(small, shared_ca
     assert f"{summaries[0]['best_split']['runs']} simulations" in text
     input_error(main(["compare", str(small), "--best-split", "--no-capacity"]),
                        capsys.readouterr().err, "--no-capacity")
+
+
+def test_the_pinned_paper_figures_are_at_the_planned_splits():
+    """The golden figures of the reduced paper scenario pin each system at its planned split, so
+    a plan that moves a split moves the pins with it."""
+    from pddsim.config import bundled
+    from pddsim.experiments.paper import PLANNED_SPLITS
+    planned = yaml.safe_load(PLANNED_SPLITS.read_text())["splits"]
+    golden = yaml.safe_load(bundled("golden/paper_small.yaml").read_text())["scenarios"]
+    assert {Path(s["config"]).name for s in golden} == set(planned)
+    for scenario in golden:
+        counts = dict(item.split("=") for item in scenario["set"] if ".count=" in item)
+        assert {k: int(v) for k, v in counts.items()} == planned[Path(scenario["config"]).name]
 
 
 def test_the_paper_comparison_runs_at_the_planned_splits(tmp_path, capsys, input_error):
