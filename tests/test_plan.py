@@ -17,7 +17,7 @@ from pddsim.config import load_config
 from pddsim.errors import InputError
 from pddsim.experiments import plan as plan_module
 from pddsim.experiments.backends import Processes
-from pddsim.experiments.plan import build_points, interval, measure, parse_vary, plan, split_axes
+from pddsim.experiments.plan import best_splits, build_points, interval, measure, parse_vary, plan, split_axes
 from pddsim.experiments.result_cache import ResultCache
 from pddsim.sim import load_workload
 
@@ -334,13 +334,32 @@ def test_cache_key_follows_config_seed_and_workload(small):
         load_config(small, ["seed=5"]))), 0)
 
 
-def test_best_split_compare_plans_each_system_within_one_budget(small, shared_cache, capsys,
-                                                                input_error):
+def colocated_of(small: Path) -> Path:
+    """`small`'s deployment as colocated instances, its workload the same."""
     raw = yaml.safe_load(small.read_text())
     raw["name"] = "colocated"
     raw["clusters"]["a"]["instances"] = [{"role": "colocated", "count": 1, "tp": 8}]
     colocated = small.parent / "colocated.yaml"
     colocated.write_text(yaml.safe_dump(raw))
+    return colocated
+
+
+def test_best_splits_runs_the_systems_side_by_side_as_one_by_one(small):
+    """The systems' plans share the backend's batches (a wave of each), and each plan is the one
+    it is alone."""
+    colocated = colocated_of(small)
+    slots = Slots(2)
+    chosen = best_splits([small, colocated], budget=90.0, seed=0, backend=slots)
+    assert any({len(split) for split, _ in batch} == {1, 2} for batch in slots.tasks)
+    for path, (_, together) in zip([small, colocated], chosen):
+        alone = plan(path, split_axes(load_config(path), 90.0), budget=90.0, objective="capacity",
+                     seed=0, backend=Slots(2), winner_only=True)
+        assert together.to_json() == alone.to_json()
+
+
+def test_best_split_compare_plans_each_system_within_one_budget(small, shared_cache, capsys,
+                                                                input_error):
+    colocated = colocated_of(small)
     budget = 90.0          # an instance costs $21.52/h
     assert split_axes(load_config(small), budget) == [f"{P}=1..3", f"{D}=1..3"]
     assert split_axes(load_config(colocated), budget) == [f"{P}=1..4"]

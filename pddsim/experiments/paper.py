@@ -24,7 +24,7 @@ PLANNED_SPLITS = bundled("plans/paper.yaml")
 
 class PlannedSplits(Strict):
     """Each paper system's best split within one budget, as `compare --best-split` found it (a
-    plan of the paper scenario takes ten minutes; its answer ships so the default comparison is fair
+    plan of the paper scenario takes minutes; its answer ships so the default comparison is fair
     and fast): config file name -> instance counts by dotted path."""
     budget_per_hour: PositiveFloat
     splits: dict[str, dict[str, PositiveInt]]

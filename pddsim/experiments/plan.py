@@ -34,6 +34,8 @@ chosen from the measurements of the waves before it only, so which points run, a
 is the same whatever the backend or the number of workers. A wave that does not fill every worker
 lends the idle ones to the points of the next wave: measured ahead, a point's result waits until
 its wave comes, and is dropped unseen if the point is pruned first, so it only saves time.
+Several plans (`best_splits`: one a system) run side by side, a wave of each in one batch, so one
+plan's short wave does not leave workers idle while another has work; each is the plan it is alone.
 """
 from __future__ import annotations
 
@@ -44,8 +46,9 @@ import math
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -310,18 +313,22 @@ def best_splits(paths: Sequence[str | Path], overrides: Sequence[str] = (), *, b
     By default the best is the most capacity the budget buys: by BCR at capacity the smallest
     split that meets the SLO at some load wins (the cheapest way to serve a sliver of the
     traffic, not what the budget buys). Only each winner's capacity is measured whole
-    (`winner_only`). `search` goes to `plan` (backend, cache, seed, progress)."""
+    (`winner_only`). The systems' plans run side by side, a wave of each in one batch of the
+    backend's. `search`: as `plan` takes it (backend, cache, seed, progress)."""
     first = load_config(paths[0], overrides)
     budget = cost_per_hour(first) if budget is None else budget
     workload = first.workload.model_dump(mode="json", exclude_defaults=True)
     if first.workload.trace is not None:
         workload["trace"] = str(first.resolve(first.workload.trace))
     same_traffic = [*overrides, f"workload={json.dumps(workload)}"]
+    backend = search.pop("backend", None)
+    searches = [_setup(path, split_axes(load_config(path, same_traffic), budget), same_traffic,
+                       budget=budget, objective=objective, winner_only=True, **search)
+                for path in paths]
+    _search_all(searches, backend)          # the systems' waves side by side: no idle worker
     chosen = []
-    for path in paths:
-        vary = split_axes(load_config(path, same_traffic), budget)
-        result = plan(path, vary, same_traffic, budget=budget, objective=objective,
-                      winner_only=True, **search)
+    for path, planned in zip(paths, searches):
+        result = planned.plan()
         if result.best is None:
             raise InputError(f"{path}: no split within ${budget:g}/h has a measured capacity")
         values = copy.deepcopy(result.best["values"])
@@ -340,14 +347,15 @@ class Known(NamedTuple):
 
 
 class _Search:
-    def __init__(self, points, counts, objective, budget, load, seeds, backend, cache, on_progress,
+    def __init__(self, points, axes, objective, budget, load, seeds, cache, on_progress,
                  winner_only=False, configured=None):
-        self.points, self.counts, self.objective = points, counts, objective
+        self.points, self.axes, self.objective = points, axes, objective
+        self.counts = [k for k in axes if k.endswith(".count")]
         self.winner_only = winner_only
         # the base config's counts on the count axes, where a winner-only search looks first
         self.configured: dict[str, int] = configured or {}
         self.budget, self.load, self.seeds = budget, load, seeds
-        self.backend, self.cache = backend, cache
+        self.cache = cache
         self.progress = on_progress or (lambda n: None)
         self.workloads: dict[str, tuple[Workload, str]] = {}     # key -> (workload, digest)
         self.cached = 0
@@ -382,9 +390,9 @@ class _Search:
             return (-k.capacity, k.cost, k.n)
         return (k.cost, -k.capacity, k.n)
 
-    def run(self, wave: list[Point], upcoming: list[Point]) -> None:
-        """Measure the wave; workers it leaves idle measure points of `upcoming` ahead."""
-        tasks, owners = [], []
+    def prepare(self, wave: list[Point]) -> _Batch:
+        """The wave's runs: results measured ahead or cached are taken, the rest are tasks."""
+        batch = _Batch(self, wave)
         for p in wave:
             p.samples = [None] * len(self.seeds)
             for i, task, key in self._tasks(p):
@@ -399,31 +407,37 @@ class _Search:
                     p.samples[i] = hit
                     self.progress(1)
                 else:
-                    tasks.append(task)
-                    owners.append((p, i, key))
-        wanted = len(tasks)
-        idle = -wanted % getattr(self.backend, "workers", 1) if tasks else 0
+                    batch.tasks.append(task)
+                    batch.owners.append((p, i, key))
+        batch.wanted = len(batch.tasks)
+        return batch
+
+    def lend(self, batch: _Batch, upcoming: list[Point], idle: int) -> int:
+        """Up to `idle` runs of `upcoming` points measured ahead in `batch`; how many."""
+        lent = 0
         for q, (i, task, key) in ((u, t) for u in upcoming for t in self._tasks(u)):
-            if not idle:
+            if lent == idle:
                 break
             if (q.n, i) not in self.ahead and not (key and self.cache.get(key)):
-                tasks.append(task)
-                owners.append((q, i, key))
-                idle -= 1
+                batch.tasks.append(task)
+                batch.owners.append((q, i, key))
+                lent += 1
+        return lent
 
-        def done(j: int, value) -> None:
-            if self.cache and not isinstance(value, Failed):
-                self.cache.put(owners[j][2], value)
-            if j < wanted:
-                self.progress(1)
+    def done(self, batch: _Batch, j: int, value) -> None:
+        if self.cache and not isinstance(value, Failed):
+            self.cache.put(batch.owners[j][2], value)
+        if j < batch.wanted:
+            self.progress(1)
 
-        shared = {t[1]: self.workloads[t[1]][0] for t in tasks}
-        values = self.backend.map(measure, tasks, shared, done)
-        for (p, i, _), value in zip(owners[:wanted], values):
+    def finish(self, batch: _Batch, values: list) -> None:
+        """What the wave measured: each point simulated, beaten or failed."""
+        for (p, i, _), value in zip(batch.owners[:batch.wanted], values):
             p.samples[i] = value
-        for (p, i, _), task, value in zip(owners[wanted:], tasks[wanted:], values[wanted:]):
+        for (p, i, _), task, value in zip(batch.owners[batch.wanted:], batch.tasks[batch.wanted:],
+                                          values[batch.wanted:]):
             self.ahead[p.n, i] = (task[3:], value)
-        for p in wave:
+        for p in batch.wave:
             failure = next((s for s in p.samples if isinstance(s, Failed)), None)
             if failure is not None:
                 p.status, p.reason, p.samples = "failed", failure.reason, []
@@ -533,26 +547,35 @@ class _Search:
             if q.status == "pruned":
                 self.progress(len(self.seeds))
 
-    def search(self) -> None:
+    def waves(self) -> Iterator[tuple[list[Point], list[Point]]]:
+        """The waves, each (its points, the points of the next one, which idle workers may
+        measure ahead), each chosen once the one before it has been measured."""
         open_ = [p for p in self.points if p.status == "open"]
         top, climbing = True, self.winner_only
         while open_:
             wave = _frontier(open_, self.counts, top)
             if climbing and len(wave) > SCOUTS:     # the points nearest the best, a few at a time
                 near = self.nearest(wave)
-                wave, upcoming = near[:SCOUTS], near[SCOUTS:]
                 best = self.best()
-                self.run(wave, upcoming)
+                yield near[:SCOUTS], near[SCOUTS:]
                 climbing = best is None or self.best() is not best
             else:
                 rest = [p for p in open_ if p not in wave]
-                self.run(wave, _frontier(rest, self.counts, not top))
+                yield wave, _frontier(rest, self.counts, not top)
                 top = not top
             open_ = [p for p in open_ if p.status == "open"]
             self.prune(open_)
             open_ = [p for p in open_ if p.status == "open"]
         for _, measured in self.ahead.values():      # points pruned before their wave came
             self._unused(measured)
+
+    def plan(self) -> Plan:
+        """What the search found, once it has run."""
+        ranked = [p.n for p in sorted(self.rankable(), key=self.rank_key)]
+        return Plan(self.axes, self.objective, self.budget, self.load, self.seeds,
+                    [p.row() for p in self.points], ranked, self.pareto(),
+                    len(self.measured()) + sum(p.status in ("failed", "beaten") for p in self.points),
+                    self.cached, self.unused_runs)
 
     def pareto(self) -> list[int]:
         front, best_cap = [], -math.inf
@@ -561,6 +584,54 @@ class _Search:
                 front.append(k.n)
                 best_cap = k.capacity
         return front
+
+
+@dataclass
+class _Batch:
+    """One wave's runs: `tasks[:wanted]` its own, the rest points of the next wave measured
+    ahead; `owners[j]` is (point, seed index, cache key) of `tasks[j]`."""
+    search: _Search
+    wave: list[Point]
+    tasks: list = field(default_factory=list)
+    owners: list = field(default_factory=list)
+    wanted: int = 0
+
+
+def _search_together(searches: list[_Search], backend) -> None:
+    """Run several plans' searches, a wave of each at a time in one batch of the backend's, so
+    that one plan's short wave leaves no worker idle while another has work. Each plan's waves
+    follow from its own measurements only: the plans are those run one by one."""
+    steps = [s.waves() for s in searches]
+    current = [next(g, None) for g in steps]
+    workers = getattr(backend, "workers", 1)
+    while any(step is not None for step in current):
+        active = [(k, s.prepare(step[0]), step[1]) for k, (s, step) in enumerate(zip(searches, current))
+                  if step is not None]
+        wanted = sum(batch.wanted for _, batch, _ in active)
+        idle = -wanted % workers if wanted else 0
+        for _, batch, upcoming in active:
+            idle -= batch.search.lend(batch, upcoming, idle)
+        tasks = [t for _, batch, _ in active for t in batch.tasks]
+        owner = [(batch, j) for _, batch, _ in active for j in range(len(batch.tasks))]
+        shared = {t[1]: batch.search.workloads[t[1]][0] for _, batch, _ in active for t in batch.tasks}
+        values = backend.map(measure, tasks, shared, partial(_done, owner))
+        start = 0
+        for k, batch, _ in active:
+            batch.search.finish(batch, values[start:start + len(batch.tasks)])
+            start += len(batch.tasks)
+            current[k] = next(steps[k], None)
+
+
+def _done(owner: list[tuple[_Batch, int]], j: int, value) -> None:
+    """Task `j` of a merged batch is done: its plan caches it and counts it."""
+    batch, k = owner[j]
+    batch.search.done(batch, k, value)
+
+
+def _search_all(searches: list[_Search], backend) -> None:
+    """`_search_together` on `backend`, or on local processes started for it."""
+    with Processes() if backend is None else nullcontext() as owned:
+        _search_together(searches, owned or backend)
 
 
 def build_points(base_path: str | Path, axes: dict[str, list], overrides: Sequence[str] = ()) -> list[Point]:
@@ -590,6 +661,19 @@ def plan(base_path: str | Path, vary: list[str], overrides: Sequence[str] = (), 
     keeps and reuses them. `on_total(n)` is told the number of runs at most, `on_progress(k)` as
     runs finish or are pruned. `winner_only` (for the capacity objective with one seed; ignored
     otherwise): end the searches of points that cannot win early (module docstring)."""
+    search = _setup(base_path, vary, overrides, budget=budget, load=load, objective=objective,
+                    seeds=seeds, seed=seed, cache=cache, on_progress=on_progress,
+                    on_total=on_total, winner_only=winner_only)
+    _search_all([search], backend)
+    return search.plan()
+
+
+def _setup(base_path: str | Path, vary: list[str], overrides: Sequence[str], *,
+           budget: float | None = None, load: float | None = None, objective: str | None = None,
+           seeds: int = 1, seed: int | None = None, cache: ResultCache | None = None,
+           on_progress: Callable[[int], None] | None = None,
+           on_total: Callable[[int], None] | None = None, winner_only: bool = False) -> _Search:
+    """The space checked, built and priced, ready to search (bad input raises here)."""
     objective = objective or ("cost" if load is not None else "bcr")
     if objective not in OBJECTIVES:
         raise InputError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
@@ -617,17 +701,9 @@ def plan(base_path: str | Path, vary: list[str], overrides: Sequence[str] = (), 
     if on_total is not None:
         on_total(sum(p.status == "open" for p in points) * seeds)
     counts = [k for k in axes if k.endswith(".count")]
-    search = _Search(points, counts, objective, budget, load, seed_list, None, cache, on_progress,
-                     winner_only and objective == "capacity" and seeds == 1,
-                     {k: v for k, v in split_of(base).items() if k in counts})
-    with Processes() if backend is None else nullcontext() as owned:
-        search.backend = owned or backend
-        search.search()
-    ranked = [p.n for p in sorted(search.rankable(), key=search.rank_key)]
-    return Plan(axes, objective, budget, load, seed_list, [p.row() for p in points], ranked,
-                search.pareto(),
-                len(search.measured()) + sum(p.status in ("failed", "beaten") for p in points),
-                search.cached, search.unused_runs)
+    return _Search(points, axes, objective, budget, load, seed_list, cache, on_progress,
+                   winner_only and objective == "capacity" and seeds == 1,
+                   {k: v for k, v in split_of(base).items() if k in counts})
 
 
 # ---- output -------------------------------------------------------------------------------------
