@@ -193,9 +193,9 @@ def cmd_compare(args) -> int:
         rows = [{**s, "provenance": provenance(cfg, args.seed)} for s, cfg in zip(summaries, configs)]
         if best_split:          # how each system's split was found: what the plan simulated
             for row, (cfg, found) in zip(rows, chosen):
-                row["best_split"] = {**{k: found.to_json()[k] for k in
-                                        ("space", "simulated", "runs", "cached")},
-                                     "values": split_of(cfg)}
+                row["best_split"] = {"values": split_of(cfg), "space": found.space,
+                                     "simulated": found.simulated, "runs": found.runs,
+                                     "cached": found.cached}
         print(_json(rows))
         return 0
     if best_split:

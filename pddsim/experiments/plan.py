@@ -353,7 +353,7 @@ class _Search:
         self.counts = [k for k in axes if k.endswith(".count")]
         self.winner_only = winner_only
         # the base config's counts on the count axes, where a winner-only search looks first
-        self.configured: dict[str, int] = configured or {}
+        self.configured = {k: v for k, v in (configured or {}).items() if k in self.counts}
         self.budget, self.load, self.seeds = budget, load, seeds
         self.cache = cache
         self.progress = on_progress or (lambda n: None)
@@ -700,10 +700,8 @@ def _setup(base_path: str | Path, vary: list[str], overrides: Sequence[str], *,
     seed_list = [base_seed + i for i in range(seeds)]
     if on_total is not None:
         on_total(sum(p.status == "open" for p in points) * seeds)
-    counts = [k for k in axes if k.endswith(".count")]
     return _Search(points, axes, objective, budget, load, seed_list, cache, on_progress,
-                   winner_only and objective == "capacity" and seeds == 1,
-                   {k: v for k, v in split_of(base).items() if k in counts})
+                   winner_only and objective == "capacity" and seeds == 1, split_of(base))
 
 
 # ---- output -------------------------------------------------------------------------------------
