@@ -306,6 +306,11 @@ class EngineProfile(Strict, frozen=True):
     max_batch: int = Field(256, ge=1, description="requests in one iteration at most")
     chunk_packing: Literal["packed", "alone", "whole"] = Field(
         "packed", description="how prefill chunks share an iteration (config.Batching)")
+    rank_budget: bool = Field(
+        True, description="attention data parallelism: each rank schedules its own iteration "
+        "share, so the token budget is each rank's (vLLM's engine cores, TensorRT-LLM's per-rank "
+        "schedulers); false: the worker's, split among its ranks (SGLang divides its chunked-"
+        "prefill size by the DP size)")
     memory_utilization: float = Field(0.9, gt=0, le=1, description="share of HBM the engine may "
                                       "use (see memory_rule)")
     fitted_to: str = Field("", description="the measured source the constants are fitted to (a "

@@ -262,7 +262,9 @@ class Cluster(Strict):
 class Batching(Strict):
     """The engine's batching limits; null takes the serving engine's default (perf.engine)."""
 
-    token_budget: int | None = Field(None, ge=1, description="tokens one iteration may compute")
+    token_budget: int | None = Field(None, ge=1, description="tokens one iteration may compute "
+                                     "(on each attention data-parallel rank, for an engine whose "
+                                     "ranks schedule apart: its rank_budget)")
     prefill_chunk: int | None = Field(None, ge=1, description="largest prefill chunk of one request")
     max_batch: int | None = Field(None, ge=1, description="requests in one iteration at most")
     kv_block_tokens: int = Field(16, ge=1, description="paged-KV block size")

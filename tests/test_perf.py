@@ -382,6 +382,26 @@ def test_attention_data_parallel_ranks_hold_whole_requests():
     assert one.iteration(8 * 256, 0, 0, requests=8, largest=8 * 256) == one.iteration(8 * 256, 0, 0)
 
 
+def test_a_prefill_chunk_on_one_rank_leaves_the_decoders_at_their_even_share():
+    """In a mixed iteration on attention data-parallel ranks the rank holding the prefill chunk
+    paces the dense layers, but the decoders live on every rank: each of 4 ranks reads a quarter
+    of their KV whether or not a chunk rides along (it was priced at the chunk rank's pace, here
+    2x, when one factor scaled all the work). Memory-bound: more decode context costs its even
+    share of KV reads, with the chunk or without, on 1 rank or 4."""
+    llama = catalog.model("llama-3.1-70b")
+
+    def mixed(p, ctx):                  # a 64-token chunk beside 64 decoders of `ctx` in all
+        return p.iteration(128, 64 * 32 + ctx, ctx, ctx, requests=65, largest=64)
+
+    def decode(p, ctx):
+        return p.iteration(64, ctx, ctx, ctx, requests=64)
+    ctx = 64 * 8000
+    for dp in (1, 4):
+        p = Roofline(llama, H100, 1, IDEAL, dp=dp)
+        assert mixed(p, 2 * ctx) - mixed(p, ctx) == pytest.approx(ctx * p.s_per_kv_token)
+        assert decode(p, 2 * ctx) - decode(p, ctx) == pytest.approx(ctx * p.s_per_kv_token)
+
+
 def test_collectives_past_the_nvlink_domain_cross_each_gpus_nic():
     """An all-reduce over two H100 nodes is hierarchical: the in-node ring on the full payload,
     then each GPU's 1/8 across the nodes over its own 400 Gbit/s NIC; an all-to-all over 16 GPUs

@@ -178,6 +178,23 @@ def test_kv_capacity_follows_the_engines_memory_rule_and_the_layout(make_config)
         2 * (int(rank // (70_272 / 2 * 4)) // 16 * 16)
 
 
+def test_ranks_that_schedule_apart_each_take_the_token_budget(make_config):
+    """A worker of 4 attention data-parallel ranks: under an engine whose ranks schedule apart
+    (vLLM, TensorRT-LLM) each takes the budget, 4 x 2,048 tokens an iteration in all; under one
+    that splits its budget among them (SGLang) the worker takes 2,048. One rank: the budget."""
+    from pddsim import catalog
+    from pddsim.system.deployment import group_batching
+
+    cfg = make_config(roles=(("colocated", 1),), batching={"token_budget": 2048})
+    one = cfg.clusters["a"].instances[0]
+    four = one.model_copy(update={"dp": 4})
+    apart, split = catalog.engine("trtllm"), catalog.engine("sglang")
+    assert apart.rank_budget and not split.rank_budget
+    assert group_batching(cfg, four, apart).token_budget == 4 * 2048
+    assert group_batching(cfg, four, split).token_budget == 2048
+    assert group_batching(cfg, one, apart).token_budget == 2048
+
+
 def test_a_reserving_engine_that_preempted_reserves_whole_lengths_from_then_on(make_config):
     """Reserving a third of each output lets three 600 + 600 requests into 2,448 tokens; they
     outgrow it, the newest is preempted once, and from then on whole lengths are reserved: one

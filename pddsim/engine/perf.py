@@ -208,8 +208,8 @@ class Roofline:
         return self._floor(requests, eager, max)
 
     def _busiest(self, tokens, requests, largest, mx):
-        """How many times its even share of the iteration's per-rank work (attention, the dense
-        layers, KV reads) the busiest attention data-parallel rank does: requests are not split
+        """How many times its even share of the iteration's dense layers and prefill attention
+        the busiest attention data-parallel rank does: requests are not split
         over ranks, so it holds at least the largest request, and with fewer requests than ranks
         some ranks idle. The routed experts are spread over the expert-parallel GPUs whatever the
         ranks hold, and so, at its even share, is the collectives' time: scaled to the busiest
@@ -224,19 +224,37 @@ class Roofline:
         for arrays of them (numpy's). A decode iteration replays a captured graph up to
         `graph_max_batch` requests, whatever query tokens each verifies."""
         eager = 1 - (decode_pairs >= attn_pairs) * (requests <= self.graph_max_batch)
+        decode_raw = decode_pairs
         prefill_pairs, attended = attn_pairs - decode_pairs, kv
         if self.cap:      # each query attends to at most `cap` tokens (every token a query at most)
             prefill_pairs = mn(prefill_pairs, tokens * self.cap)
             decode_pairs = mn(decode_pairs, samples * self.cap)
             attended = mn(kv, requests * self.cap)
-        f = self._busiest(tokens, requests, largest, mx) if self.dp > 1 else 1.0
-        compute = (tokens * self.s_per_token * f + samples * self.s_per_sample * f
-                   + (self._routed_compute(tokens, mn) if self.moe else 0.0)
-                   + prefill_pairs * self.s_per_prefill_pair * f
-                   + decode_pairs * self.s_per_decode_pair * f + attn_pairs * self.s_per_index_pair * f)
-        memory = ((self.weights_read_s(tokens) if self.moe else self.shared_s)
-                  + attended * self.s_per_kv_token * f + kv * self.s_per_index_kv * f
-                  + requests * self.s_per_request * f)
+        if self.dp > 1:
+            # the rank holding the largest request (a prefill chunk) paces the dense layers and
+            # the prefill's attention; the decoders are spread over the ranks whatever rank holds
+            # the chunk, so their attention, KV reads and sampling weigh at an even share (or
+            # one request's, with fewer requests than ranks)
+            f = self._busiest(tokens, requests, largest, mx)
+            g = mx(1.0, self.dp / mx(requests, 1))
+            decode_kv, decode_index_kv = mn(attended, decode_pairs), mn(kv, decode_raw)
+            compute = (tokens * self.s_per_token * f + samples * self.s_per_sample * g
+                       + (self._routed_compute(tokens, mn) if self.moe else 0.0)
+                       + prefill_pairs * self.s_per_prefill_pair * f
+                       + decode_pairs * self.s_per_decode_pair * g
+                       + ((attn_pairs - decode_raw) * f + decode_raw * g) * self.s_per_index_pair)
+            memory = ((self.weights_read_s(tokens) if self.moe else self.shared_s)
+                      + (decode_kv * g + (attended - decode_kv) * f) * self.s_per_kv_token
+                      + (decode_index_kv * g + (kv - decode_index_kv) * f) * self.s_per_index_kv
+                      + requests * self.s_per_request * g)
+        else:
+            compute = (tokens * self.s_per_token + samples * self.s_per_sample
+                       + (self._routed_compute(tokens, mn) if self.moe else 0.0)
+                       + prefill_pairs * self.s_per_prefill_pair
+                       + decode_pairs * self.s_per_decode_pair + attn_pairs * self.s_per_index_pair)
+            memory = ((self.weights_read_s(tokens) if self.moe else self.shared_s)
+                      + attended * self.s_per_kv_token + kv * self.s_per_index_kv
+                      + requests * self.s_per_request)
         cpu = 0.0 if self.overlap else requests * self.cpu_per_request
         t = (mx(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s + cpu
              + (self._eager_moe(tokens) if self.eager_experts_s else self.eager_moe_s) * eager)

@@ -108,10 +108,14 @@ def kv_capacity_tokens(cfg: Config, model: catalog.ModelSpec, gpu: catalog.GpuSp
 
 def group_batching(cfg: Config, group: InstanceGroup, engine: catalog.EngineProfile):
     """The batching limits of `group`'s instances: the config's, the engine's where it leaves
-    them null, the group's own batch cap if it has one."""
+    them null, the group's own batch cap if it has one; an engine whose attention data-parallel
+    ranks schedule apart takes the token budget on each rank (`rank_budget`)."""
     batching = cfg.batching.under(engine)
-    return batching if group.max_batch is None else batching.model_copy(
-        update={"max_batch": group.max_batch})
+    update: dict = {} if group.max_batch is None else {"max_batch": group.max_batch}
+    if group.dp > 1 and engine.rank_budget:
+        assert batching.token_budget is not None     # resolved under the engine
+        update["token_budget"] = batching.token_budget * group.dp
+    return batching.model_copy(update=update) if update else batching
 
 
 def cache_size(cfg: Config, model: catalog.ModelSpec, cluster, group, kv_tokens: int,
