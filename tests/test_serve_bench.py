@@ -3,12 +3,13 @@ benchmarks that produced them, compared and reported; and the figures pinned on 
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from pddsim import catalog, cli
 from pddsim.experiments.backends import Processes
-from pddsim.experiments.serve_bench import cases, read_rows, replay, scenario, summarise
+from pddsim.experiments.serve_bench import cases, group_floor, read_rows, replay, scenario, summarise
 
 HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,"
           "gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,"
@@ -139,6 +140,19 @@ def test_the_scatter_across_concurrencies_is_each_inner_point_against_its_neighb
     assert floor["tpot_smooth_mdape_pct"] == 0.0
 
 
+def test_the_group_floor_is_what_one_factor_per_group_leaves():
+    """Two groups whose rows lie 0.5x / 1x / 2x their median and 0.9x / 1.1x theirs: errors of
+    50%, 0, 100%, 10%, 10% from the centred ratios, median 10%. A group's predictions scaled by
+    any factor leave it unchanged (a fitted constant could centre them), while the plain median
+    error moves."""
+    table = pd.DataFrame({"backend": ["a"] * 3 + ["b"] * 2, "model": "m", "gpu": "g", "band": "1-8",
+                          "ttft_ratio": [1.0, 2.0, 4.0, 0.9, 1.1], "tpot_ratio": 1.0})
+    floor = group_floor(table)
+    assert (floor["ttft_group_floor_pct"], floor["tpot_group_floor_pct"]) == (10.0, 0.0)
+    scaled = table.assign(ttft_ratio=table["ttft_ratio"] * np.where(table["backend"] == "b", 3.0, 1.0))
+    assert group_floor(scaled) == floor
+
+
 def test_bad_files_are_one_line(tmp_path, input_error, capsys):
     def fails(argv, *named):
         code = cli.main(["bench", "serve", "--jobs", "1", "--quiet", *argv])
@@ -159,7 +173,7 @@ def test_bench_serve_cli_json(tmp_path, capsys):
                      "--cases", str(out), "--set", "frontend_ms=5"]) == 0
     s = json.loads(capsys.readouterr().out)
     for key in ("ttft_mdape_pct", "tpot_mdape_pct", "rows_compared", "rows_skipped", "groups",
-                "noise_floor"):
+                "noise_floor", "group_floor"):
         assert key in s
     assert s["rows_compared"] == 1 and set(s["groups"]) == {"model", "gpu", "backend", "mode", "band"}
     assert len(pd.read_csv(out)) == 2

@@ -320,10 +320,27 @@ def smoothness_floor(df: pd.DataFrame) -> dict:
     return out
 
 
+FLOOR_GROUPS = ("backend", "model", "gpu", "band")
+
+
+def group_floor(compared: pd.DataFrame) -> dict:
+    """How far constants fitted per group could go: each row's predicted/measured ratio over its
+    group's median ratio (backend, model, GPU, concurrency band), the median absolute % error of
+    that. A fit giving every group the one factor that centres it would reach this and no
+    further; what is left lies inside the groups (layouts, lengths, engine versions)."""
+    out: dict[str, Any] = {}
+    for what in ("ttft", "tpot"):
+        ratio = compared[f"{what}_ratio"]
+        centred = ratio / ratio.groupby([compared[k] for k in FLOOR_GROUPS]).transform("median")
+        out[f"{what}_group_floor_pct"] = (round(float(100 * (centred - 1).abs().median()), 1)
+                                          if len(compared) else None)
+    return out
+
+
 def summarise(df: pd.DataFrame) -> dict:
     """The report: overall and per group figures on the rows compared, the skipped rows by
-    reason, the noise floor of repeated measurements and the scatter of each deployment's
-    measurements across concurrencies."""
+    reason, the noise floor of repeated measurements, the scatter of each deployment's
+    measurements across concurrencies, and how far constants per group could go."""
     compared = df[df["skipped"] == ""]
     skipped = df[df["skipped"] != ""]
     reasons = skipped["skipped"].str.replace(r"\s+\(.*", "", regex=True)
@@ -333,6 +350,7 @@ def summarise(df: pd.DataFrame) -> dict:
         "rows_skipped": {str(k): int(v) for k, v in reasons.value_counts().items()},
         **{k: v for k, v in _figures(compared).items() if k != "rows"},
         "noise_floor": {**noise_floor(df), **smoothness_floor(df)},
+        "group_floor": group_floor(compared),
         "groups": {g: {str(k): _figures(part) for k, part in compared.groupby(g)} for g in GROUPS},
     }
     return summary
@@ -353,6 +371,11 @@ def format_report(summary: dict) -> str:
                      "deployments measured at 3+: the log-log line through their neighbours "
                      f"misses TTFT by {noise['ttft_smooth_mdape_pct']}%, TPOT by "
                      f"{noise['tpot_smooth_mdape_pct']}% (median)")
+    floor = summary["group_floor"]
+    if floor["ttft_group_floor_pct"] is not None:
+        lines.append("each group (backend, model, GPU, band) centred on its median ratio, as one "
+                     f"fitted factor a group would: TTFT {floor['ttft_group_floor_pct']}%, TPOT "
+                     f"{floor['tpot_group_floor_pct']}% left")
     for reason, count in summary["rows_skipped"].items():
         lines.append(f"  skipped {count}: {reason}")
     for group, parts in summary["groups"].items():
