@@ -209,13 +209,13 @@ class Roofline:
 
     def _busiest(self, tokens, requests, largest, mx):
         """How many times its even share of the iteration's dense layers and prefill attention
-        the busiest attention data-parallel rank does: requests are not split
-        over ranks, so it holds at least the largest request, and with fewer requests than ranks
-        some ranks idle. The routed experts are spread over the expert-parallel GPUs whatever the
-        ranks hold, and so, at its even share, is the collectives' time: scaled to the busiest
-        rank, the all-to-all (each token's k expert copies at 16 bits over its rank's links)
-        put wide-EP first tokens at 2-4x what was measured, more than the dispatch kernels send
-        (FP8, one copy per node)."""
+        the busiest attention data-parallel rank does: requests are not split over ranks, so it
+        holds at least the largest request, and with fewer requests than ranks some ranks idle.
+        The routed experts are spread over the expert-parallel GPUs whatever the ranks hold, and
+        so, at its even share, is the collectives' time: scaled to the busiest rank, the
+        all-to-all (each token's k expert copies at 16 bits over its rank's links) put wide-EP
+        first tokens at 2-4x what was measured, more than the dispatch kernels send (FP8, one
+        copy per node)."""
         largest = tokens / mx(requests, 1) if largest is None else largest
         return mx(1.0, self.dp * largest / mx(tokens, 1))
 
@@ -247,7 +247,7 @@ class Roofline:
                       + (decode_kv * g + (attended - decode_kv) * f) * self.s_per_kv_token
                       + (decode_index_kv * g + (kv - decode_index_kv) * f) * self.s_per_index_kv
                       + requests * self.s_per_request * g)
-        else:
+        else:       # one rank: the same sums in their plain order (bit-identical results)
             compute = (tokens * self.s_per_token + samples * self.s_per_sample
                        + (self._routed_compute(tokens, mn) if self.moe else 0.0)
                        + prefill_pairs * self.s_per_prefill_pair
