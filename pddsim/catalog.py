@@ -251,6 +251,17 @@ class EngineProfile(Strict, frozen=True):
     alltoall_step_us: float = Field(0.0, ge=0, description="MoE: latency each further peer adds "
                                     "to one all-to-all (n GPUs: n-1 peers, each a message of its "
                                     "own: wide expert parallelism waits on more of them)")
+    dp_balance_timeout_iters: int = Field(
+        0, ge=0, description="attention data parallelism: new prompts wait until every rank has "
+        "one, or until a counter running over the iterations without that reaches this many "
+        "(TensorRT-LLM's attention_dp_config timeout_iters with enable_balance); 0: no waiting")
+    dp_balance_wait_iters: int = Field(
+        0, ge=0, description="with dp_balance_timeout_iters: iterations prompts on every rank are "
+        "held further, while every rank decodes, to gather more (batching_wait_iters)")
+    alltoall_scaleout_us: float = Field(
+        0.0, ge=0, description="MoE: latency one all-to-all adds when its GPUs span more than one "
+        "NVLink domain (its messages cross the scale-out NICs: RDMA round trips, proxies, "
+        "completion polling)")
     host_layer_us: HostLaunchUs = Field(
         0.0, description="host time to launch one layer's kernels, us, in iterations launched "
         "eagerly: their GPU work cannot take less than layers x this. One figure, or one per GPU")

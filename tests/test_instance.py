@@ -5,7 +5,7 @@ import pytest
 import simpy
 
 from pddsim import catalog
-from pddsim.config import DEFAULT_ENGINE
+from pddsim.config import DEFAULT_ENGINE, from_dict
 from pddsim.engine.instance import Instance, Segment
 from pddsim.engine.job import Job
 from pddsim.engine.perf import LinearRun
@@ -207,3 +207,42 @@ def test_a_chunk_is_priced_by_one_attention_formula_in_the_engine_and_in_estimat
     _prefill_s(estimate, np.array([200]), np.array([1000]), 256)
     expected = [chunk_attention_pairs(200 + done, min(256, 1000 - done)) for done in range(0, 1000, 256)]
     assert engine.pairs == estimate.pairs == expected
+
+
+def _balanced(make_config, timeout: int, wait: int = 0):
+    """A colocated worker of two attention data-parallel ranks, balancing prompts under
+    `timeout` and `wait` (0: not at all)."""
+    cfg = make_config(roles=(("colocated", 1),), perf__dp_balance_timeout_iters=timeout,
+                      perf__dp_balance_wait_iters=wait)
+    raw = cfg.model_dump(exclude={"base_dir"})
+    raw["clusters"]["a"]["instances"][0].update(tp=4, dp=2)
+    return from_dict(raw, "t")
+
+
+@pytest.mark.parametrize("timeout, waits", [(0, 0.5), (5, 2.5), (3, 0.5)])
+def test_a_lone_prompt_waits_for_the_balance_counter_to_turn(make_config, make_workload,
+                                                             timeout, waits):
+    """A and B take both ranks (a worker with an idle rank takes prompts at once: their first
+    tokens come after one prefill iteration). C arrives 1.5 decode iterations later, a prompt
+    for one rank only: balancing holds it until the counter, which has run since the decoding
+    began, reaches its timeout (5: after the 4th decode iteration; 3: after the 2nd, the boundary
+    C reaches first), where without balancing it joins at the next boundary."""
+    cfg = _balanced(make_config, timeout)
+    start, decode = it(20), it(2)
+    r = simulate(cfg, make_workload((0.0, 10, 100), (0.0, 10, 100),
+                                    (start + 1.5 * decode, 10, 5))).requests
+    assert r.ttft_s.iloc[0] == r.ttft_s.iloc[1] == pytest.approx(start)
+    assert r.ttft_s.iloc[2] == pytest.approx(waits * decode + it(12))
+
+
+def test_prompts_on_every_rank_are_held_to_gather_more_while_every_rank_decodes(make_config,
+                                                                                make_workload):
+    """Two prompts, one a rank, arriving while both ranks decode are held `wait` = 3 iterations
+    (one at a time), then join together; the counter's timeout (50) plays no part."""
+    cfg = _balanced(make_config, 50, 3)
+    start, decode = it(20), it(2)
+    arrive = start + 1.5 * decode
+    r = simulate(cfg, make_workload((0.0, 10, 100), (0.0, 10, 100),
+                                    (arrive, 10, 5), (arrive, 10, 5))).requests
+    joins = start + 5 * decode                     # the boundary after 2, then 3 held iterations
+    assert r.ttft_s.iloc[2] == r.ttft_s.iloc[3] == pytest.approx(joins + it(22) - arrive)

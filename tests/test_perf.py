@@ -365,6 +365,24 @@ def test_expert_parallel_all_to_alls():
         assert stepped - flat.iteration(t, 0, 0) == pytest.approx(2 * 58 * 1.5e-6 * (n - 1))
 
 
+def test_all_to_alls_past_the_nvlink_domain_pay_the_scale_out_latency():
+    """Expert parallelism over 16 H100s (two 8-GPU NVLink domains) pays the engine's scale-out
+    latency on each dispatch and combine; the same 16 GPUs in one 72-GPU NVLink domain do not,
+    nor do 8 GPUs in one node."""
+    dsv3 = bare("deepseek-v3")
+    engine = IDEAL.model_copy(update={"alltoall_us": 20, "alltoall_scaleout_us": 100})
+    rack = H100.model_copy(update={"nvlink_domain": 72})
+
+    def extra(gpu, dp):
+        t = 1024
+        return (Roofline(dsv3, gpu, 8, engine, dp=dp, ep=8 * dp).iteration(t, 0, 0)
+                - Roofline(dsv3, gpu, 8, IDEAL.model_copy(update={"alltoall_us": 20}), dp=dp,
+                           ep=8 * dp).iteration(t, 0, 0))
+    assert extra(H100, 2) == pytest.approx(2 * 58 * 100e-6)
+    assert extra(rack, 2) == 0.0
+    assert extra(H100, 1) == 0.0
+
+
 def test_attention_data_parallel_ranks_hold_whole_requests():
     """With attention data parallelism each request lives on one rank: a lone prompt on a worker
     of 4 ranks takes as long as on one rank alone (the other three idle), and 4 decoders, one a
@@ -449,6 +467,29 @@ def test_captured_decode_graphs_skip_the_launch_floor_but_mixed_iterations_pay_i
     assert p.iteration(17, 16 * 100 + 1, 16 * 100, 16 * 100) == pytest.approx(floor)   # mixed
     assert p.decode_run(16, 1600, 5).total_s < 5 * floor
     assert p.decode_run(64, 6400, 5).total_s == pytest.approx(5 * floor)
+
+
+def test_each_attention_rank_schedules_and_captures_its_own_requests():
+    """Attention data-parallel ranks each run a scheduler and capture their own decode graphs:
+    400 decoders on 4 ranks pay the per-request CPU work of 100 (overlapped, it bounds the
+    iteration) and replay a graph of 100 where the limit is 128; on one rank the same 400 pay
+    for all of them and launch eagerly. With fewer decoders than ranks each rank holds one."""
+    def engines(**engine):
+        return (Roofline(LLAMA, H100, 1, IDEAL.model_copy(update=engine), dp=dp) for dp in (1, 4))
+
+    def decode(p, n):
+        return p.iteration(n, n * 10, n * 10, n * 10, requests=n)
+    one, four = engines(overhead_ms=1, seq_us=1000, overlap=True)
+    assert four.floor_s(400) == pytest.approx(1e-3 + 100 * 1e-3)
+    assert one.floor_s(400) == pytest.approx(1e-3 + 400 * 1e-3)
+    assert four.floor_s(2) == pytest.approx(1e-3 + 1e-3)
+    assert decode(four, 400) == pytest.approx(four.floor_s(400))       # the CPU bounds both
+    assert decode(one, 400) == pytest.approx(one.floor_s(400))
+    one, four = engines(host_layer_us=2000, graph_max_batch=128)
+    launches = 80 * 2000e-6
+    assert decode(one, 400) == pytest.approx(launches)                  # eager: the launch floor
+    assert decode(four, 400) < launches                                 # captured on each rank
+    assert four.decode_run(400, 4000, 3).total_s == pytest.approx(3 * decode(four, 400), rel=1e-3)
 
 
 def test_per_request_state_is_read_every_iteration():

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import simpy
 
+from pddsim.engine.dp_balance import DpBalance
 from pddsim.engine.job import Job
 from pddsim.engine.multi_token import MultiToken
 from pddsim.engine.network import Flow, Link
@@ -107,7 +108,7 @@ class Instance:
         "iters", "_ctx_base", "_finish_heap", "_decoders", "_joined", "_at_boundary", "_seq",
         "_seg_end", "_seg_max", "_segment", "_in_flight", "pending_prefill_tokens", "inbound_tokens",
         "waiting_tokens", "_wake", "_cut_event", "_promises", "_promised", "_stall_s",
-        "_memory_short", "_spec", "most_tokens_per_iteration",
+        "_memory_short", "_spec", "most_tokens_per_iteration", "balance",
     )
 
     def __init__(self, env: simpy.Environment, name: str, role: str, cluster: str, *, perf,
@@ -115,14 +116,16 @@ class Instance:
                  cache: PrefixCache | None,
                  host_load: Link | None = None, kv_bytes_per_token: float = 0.0,
                  scheduler: str = "mixed", admission: str = "optimistic", reserve_share: float = 1.0,
-                 tracer=None, multi_token: MultiToken | None = None):
+                 tracer=None, multi_token: MultiToken | None = None,
+                 balance: DpBalance | None = None):
         """`role`: the deployment's name for what it does (a label); `prefill_side`: it computes
         prompts (routers weigh its queued prefill tokens). `host_load` is None for a cache in
         HBM; for one in host memory, the link its hits are loaded over (`kv_bytes_per_token`
         sizes them). `scheduler` and `admission` are the engine's policies, `reserve_share` what
         reserve admission keeps of an output (catalog.EngineProfile). `tracer`: a timeline told
         of every segment, when one is kept. `multi_token`: its decoders verify several proposed
-        tokens an iteration (None: one token)."""
+        tokens an iteration (None: one token). `balance`: its attention data-parallel ranks hold
+        new prompts back until each has one (None: prompts join the next iteration)."""
         self.env = env
         self.name = name
         self.role = role
@@ -154,6 +157,7 @@ class Instance:
         self.tracer = tracer
         self.load_watch: dict | None = None   # a pool's index: told when what routers see may change
         self._spec = multi_token
+        self.balance = balance
         self.most_tokens_per_iteration = 1 if multi_token is None else multi_token.k + 1
         self._empty()
         self._pending: simpy.Event = Urgent(env, self._step)   # what the loop continues from
@@ -190,6 +194,8 @@ class Instance:
         self._memory_short = False            # the last admission stopped for want of KV memory
         if self._spec is not None:
             self._spec.reset()
+        if self.balance is not None:
+            self.balance.waited = self.balance.batched = 0
 
     def crash(self) -> None:
         """The instance dies: its loop stops where it is, and every request's KV on it, its
@@ -585,7 +591,9 @@ class Instance:
         # prefill-first engine runs waiting prompts alone while its decoders pause
         spec = self._spec
         verifying = n if spec is None else n * (spec.k + 1)   # tokens the decoders compute
-        if self.prefilling and (self.prefill_first or self.token_budget > verifying):
+        balance = self.balance
+        holding = 0 if balance is None else balance.hold(n, len(self.prefilling), self.max_batch)
+        if self.prefilling and not holding and (self.prefill_first or self.token_budget > verifying):
             decoding = n if not self.prefill_first else 0
             grows = n if spec is None else spec.grown(self.iters, 1)
             if decoding and self._free_tokens(grows) < grows:
@@ -630,6 +638,8 @@ class Instance:
             heapq.heappop(heap)
         # one iteration when someone waits for a boundary or coalescing is off
         k = 1 if self._at_boundary or not self.coalesce else heap[0][0] - self.iters
+        if holding:                               # decode only while the prompts are held
+            k = min(k, holding)
         if spec is not None:                      # tokens per iteration as the decoders drew them
             srun = spec.run(n, ctx, self.iters, k, self._free_tokens(spec.grown(self.iters, k)))
             if srun is None:
@@ -654,6 +664,8 @@ class Instance:
         if self.tracer is not None:
             self.tracer.batch(self, seg.t0, now, made + sum(c for _, c in chunks), n + len(chunks), k)
         self.busy_s += elapsed
+        if self.balance is not None:
+            self.balance.ran(k, bool(chunks))
         if n and not k:                         # a prefill-only iteration: the decoders paused
             self._stall_s += elapsed
         elif n:

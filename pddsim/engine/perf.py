@@ -133,7 +133,8 @@ class Roofline:
         if ep > 1 and model.moe_layers:     # a dispatch and a combine per MoE layer
             self.comm_s_per_token += (2 * model.moe_layers * model.experts_per_token * model.hidden_size
                                       * ACT_BYTES * gpu.alltoall_s_per_byte(ep) / gpus)
-            comm_fixed += 2 * model.moe_layers * (engine.alltoall_us
+            scaleout = engine.alltoall_scaleout_us if gpus > gpu.nvlink_domain else 0.0
+            comm_fixed += 2 * model.moe_layers * (engine.alltoall_us + scaleout
                                                   + engine.alltoall_step_us * (ep - 1)) / 1e6
         # the engine's CPU work per iteration: added to the GPU's, or (overlapped) bounding it
         self.cpu_s, self.cpu_per_request = engine.overhead_ms / 1e3, engine.seq_us / 1e6
@@ -195,8 +196,15 @@ class Roofline:
         one per routed expert the iteration touches."""
         return self.eager_moe_s + self.eager_experts_s * self.touched_share(tokens)
 
-    def _floor(self, requests, eager, mx):
-        cpu = self.cpu_s + requests * self.cpu_per_request
+    def _scheduled(self, requests, mx, mn):
+        """Requests the busiest attention rank's scheduler handles: each data-parallel rank runs
+        its own scheduler process (an executor, engine core or scheduler per rank), so the
+        per-request CPU work of an iteration is paid in parallel, an even share on each (at
+        least one request while any is running)."""
+        return requests if self.dp == 1 else mx(requests / self.dp, mn(requests, 1))
+
+    def _floor(self, requests, eager, mx, mn=min):
+        cpu = self.cpu_s + self._scheduled(requests, mx, mn) * self.cpu_per_request
         host = self.host_s * eager
         floor = mx(host, cpu) if self.overlap else (host + cpu) * (host > 0)
         return mx(floor, requests * self.stream_s)
@@ -222,8 +230,10 @@ class Roofline:
     def _time(self, tokens, attn_pairs, kv, decode_pairs, requests, samples, largest, mx, mn):
         """One formula for a single iteration (builtin `mx`, `mn`: the hot path stays scalar) and
         for arrays of them (numpy's). A decode iteration replays a captured graph up to
-        `graph_max_batch` requests, whatever query tokens each verifies."""
-        eager = 1 - (decode_pairs >= attn_pairs) * (requests <= self.graph_max_batch)
+        `graph_max_batch` requests on each attention rank (each captures its own), whatever
+        query tokens each verifies."""
+        eager = 1 - (decode_pairs >= attn_pairs) * (self._scheduled(requests, mx, mn)
+                                                    <= self.graph_max_batch)
         decode_raw = decode_pairs
         prefill_pairs, attended = attn_pairs - decode_pairs, kv
         if self.cap:      # each query attends to at most `cap` tokens (every token a query at most)
@@ -255,10 +265,10 @@ class Roofline:
             memory = ((self.weights_read_s(tokens) if self.moe else self.shared_s)
                       + attended * self.s_per_kv_token + kv * self.s_per_index_kv
                       + requests * self.s_per_request)
-        cpu = 0.0 if self.overlap else requests * self.cpu_per_request
+        cpu = 0.0 if self.overlap else self._scheduled(requests, mx, mn) * self.cpu_per_request
         t = (mx(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s + cpu
              + (self._eager_moe(tokens) if self.eager_experts_s else self.eager_moe_s) * eager)
-        return mx(t, self._floor(requests, eager, mx)) if self.floored else t
+        return mx(t, self._floor(requests, eager, mx, mn)) if self.floored else t
 
     def iteration(self, tokens: int, attn_pairs: float, kv_tokens_read: float,
                   decode_pairs: float = 0.0, requests: float | None = None,
@@ -303,8 +313,8 @@ class Roofline:
         memory = (weights + attended * self.s_per_kv_token * f + context * self.s_per_index_kv * f
                   + n * self.s_per_request * f,
                   growth * self.s_per_kv_token * f + n * self.s_per_index_kv * f)
-        cpu = 0.0 if self.overlap else n * self.cpu_per_request
-        eager = n > self.graph_max_batch
+        cpu = 0.0 if self.overlap else self._scheduled(n, max, min) * self.cpu_per_request
+        eager = self._scheduled(n, max, min) > self.graph_max_batch
         eager_moe = self._eager_moe(n) if eager and self.eager_experts_s else self.eager_moe_s
         run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s + cpu
                         + eager_moe * eager, k)

@@ -12,6 +12,7 @@ import numpy as np
 from pddsim import catalog
 from pddsim.config import Config, InstanceGroup, LinkConfig, RdmaConfig
 from pddsim.engine.daemons import Daemons
+from pddsim.engine.dp_balance import DpBalance
 from pddsim.engine.instance import Instance
 from pddsim.engine.multi_token import MultiToken
 from pddsim.engine.network import Background, Fabric, FabricFlow, Flow, FlowObserver, Link
@@ -230,7 +231,10 @@ def build(env, cfg: Config, seed: int, tracer=None, observer: FlowObserver | Non
                                 host_load=load, tracer=tracer,
                                 kv_bytes_per_token=model.kv_bytes_per_token,
                                 scheduler=engine.scheduler, admission=engine.admission,
-                                reserve_share=engine.reserve_share)
+                                reserve_share=engine.reserve_share,
+                                balance=DpBalance(group.dp, engine.dp_balance_timeout_iters,
+                                                  engine.dp_balance_wait_iters)
+                                if group.dp > 1 and engine.dp_balance_timeout_iters else None)
                 if k < group.count:
                     pool.add(inst)
                 else:
