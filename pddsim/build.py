@@ -16,7 +16,7 @@ import sys
 # subclass SimPy's classes are left out.
 COMPILED = (
     "pddsim.engine.daemons", "pddsim.engine.instance", "pddsim.engine.job", "pddsim.engine.network",
-    "pddsim.engine.prefix_cache", "pddsim.engine.request",
+    "pddsim.engine.perf", "pddsim.engine.prefix_cache", "pddsim.engine.request",
     "pddsim.system.deployment", "pddsim.system.faults", "pddsim.system.handoff", "pddsim.system.paths",
     "pddsim.system.pdd", "pddsim.system.pipelines", "pddsim.system.routers", "pddsim.system.routes",
     "pddsim.system.scaling",

@@ -491,14 +491,14 @@ class LinearRun:
         if g >= s and s < k:
             g = s + _quadratic_root(self.la + self.lb * s + self.fixed, self.lb,
                                     max(t - elapsed(s), 0.0) if s else t)
-        g = max(ceil(g if g < k else k), 1)
+        m = max(ceil(g if g < k else k), 1)
         lo, hi = 1, k
-        if elapsed(g) >= t:
-            if g == 1 or elapsed(g - 1) < t:
-                return g
-            hi = g - 1
+        if elapsed(m) >= t:
+            if m == 1 or elapsed(m - 1) < t:
+                return m
+            hi = m - 1
         else:
-            lo = g + 1 if g < hi else hi
+            lo = m + 1 if m < hi else hi
         while lo < hi:
             mid = (lo + hi) // 2
             if elapsed(mid) >= t:
