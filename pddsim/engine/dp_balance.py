@@ -15,6 +15,11 @@ one waits per rank.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pddsim.catalog import EngineProfile
+
 
 class DpBalance:
     """The balancing state of one attention data-parallel worker of `ranks` ranks."""
@@ -23,6 +28,17 @@ class DpBalance:
 
     def __init__(self, ranks: int, timeout: int, batching_wait: int):
         self.ranks, self.timeout, self.batching_wait = ranks, timeout, batching_wait
+        self.reset()
+
+    @classmethod
+    def under(cls, engine: EngineProfile, ranks: int) -> DpBalance | None:
+        """The balancing `engine` runs on a worker of `ranks` attention ranks (None: none)."""
+        if ranks > 1 and engine.dp_balance_timeout_iters:
+            return cls(ranks, engine.dp_balance_timeout_iters, engine.dp_balance_wait_iters)
+        return None
+
+    def reset(self) -> None:
+        """Nothing counted yet (a worker starting or restarting)."""
         self.waited = 0       # iterations since the counter last turned
         self.batched = 0      # iterations prompts on every rank have been held to gather more
         self._asked = (False, False)

@@ -195,7 +195,7 @@ class Instance:
         if self._spec is not None:
             self._spec.reset()
         if self.balance is not None:
-            self.balance.waited = self.balance.batched = 0
+            self.balance.reset()
 
     def crash(self) -> None:
         """The instance dies: its loop stops where it is, and every request's KV on it, its

@@ -232,8 +232,8 @@ class Roofline:
         for arrays of them (numpy's). A decode iteration replays a captured graph up to
         `graph_max_batch` requests on each attention rank (each captures its own), whatever
         query tokens each verifies."""
-        eager = 1 - (decode_pairs >= attn_pairs) * (self._scheduled(requests, mx, mn)
-                                                    <= self.graph_max_batch)
+        per_rank = self._scheduled(requests, mx, mn)
+        eager = 1 - (decode_pairs >= attn_pairs) * (per_rank <= self.graph_max_batch)
         decode_raw = decode_pairs
         prefill_pairs, attended = attn_pairs - decode_pairs, kv
         if self.cap:      # each query attends to at most `cap` tokens (every token a query at most)
@@ -265,7 +265,7 @@ class Roofline:
             memory = ((self.weights_read_s(tokens) if self.moe else self.shared_s)
                       + attended * self.s_per_kv_token + kv * self.s_per_index_kv
                       + requests * self.s_per_request)
-        cpu = 0.0 if self.overlap else self._scheduled(requests, mx, mn) * self.cpu_per_request
+        cpu = 0.0 if self.overlap else per_rank * self.cpu_per_request
         t = (mx(compute, memory) + tokens * self.comm_s_per_token + self.fixed_s + cpu
              + (self._eager_moe(tokens) if self.eager_experts_s else self.eager_moe_s) * eager)
         return mx(t, self._floor(requests, eager, mx, mn)) if self.floored else t
@@ -313,8 +313,9 @@ class Roofline:
         memory = (weights + attended * self.s_per_kv_token * f + context * self.s_per_index_kv * f
                   + n * self.s_per_request * f,
                   growth * self.s_per_kv_token * f + n * self.s_per_index_kv * f)
-        cpu = 0.0 if self.overlap else self._scheduled(n, max, min) * self.cpu_per_request
-        eager = self._scheduled(n, max, min) > self.graph_max_batch
+        per_rank = self._scheduled(n, max, min)
+        cpu = 0.0 if self.overlap else per_rank * self.cpu_per_request
+        eager = per_rank > self.graph_max_batch
         eager_moe = self._eager_moe(n) if eager and self.eager_experts_s else self.eager_moe_s
         run = LinearRun(compute, memory, n * self.comm_s_per_token + self.fixed_s + cpu
                         + eager_moe * eager, k)

@@ -232,9 +232,7 @@ def build(env, cfg: Config, seed: int, tracer=None, observer: FlowObserver | Non
                                 kv_bytes_per_token=model.kv_bytes_per_token,
                                 scheduler=engine.scheduler, admission=engine.admission,
                                 reserve_share=engine.reserve_share,
-                                balance=DpBalance(group.dp, engine.dp_balance_timeout_iters,
-                                                  engine.dp_balance_wait_iters)
-                                if group.dp > 1 and engine.dp_balance_timeout_iters else None)
+                                balance=DpBalance.under(engine, group.dp))
                 if k < group.count:
                     pool.add(inst)
                 else:
