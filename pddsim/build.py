@@ -15,8 +15,8 @@ import sys
 # expect, and runs crashed at random (tests/test_compiled.py checks every class). The modules that
 # subclass SimPy's classes are left out.
 COMPILED = (
-    "pddsim.engine.daemons", "pddsim.engine.instance", "pddsim.engine.job", "pddsim.engine.network",
-    "pddsim.engine.perf", "pddsim.engine.prefix_cache", "pddsim.engine.request",
+    "pddsim.engine.chain", "pddsim.engine.daemons", "pddsim.engine.instance", "pddsim.engine.job",
+    "pddsim.engine.network", "pddsim.engine.perf", "pddsim.engine.prefix_cache", "pddsim.engine.request",
     "pddsim.system.deployment", "pddsim.system.faults", "pddsim.system.handoff", "pddsim.system.paths",
     "pddsim.system.pdd", "pddsim.system.pipelines", "pddsim.system.routers", "pddsim.system.routes",
     "pddsim.system.scaling",

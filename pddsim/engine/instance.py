@@ -533,7 +533,7 @@ class Instance:
         have = self._pinned.get(job, 0)
         if blocks > have:
             assert self.cache is not None
-            self.cache.pin(job.hash_ids[have:blocks], blocks - have)
+            self.cache.pin(job.hash_ids, blocks, have)
             self._pinned[job] = blocks
 
     def _pool_share(self, job: Job) -> int:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Sequence
 
+from pddsim.engine.chain import BlockIds, Chain
 from pddsim.intmath import ceil_div
 
 BlocksHook = Callable[[Sequence[int]], None]
@@ -39,7 +40,7 @@ class _Node:
 
     __slots__ = ("chain", "lo", "hi", "block_tokens", "pins", "parent", "children")
 
-    def __init__(self, chain: tuple[int, ...], lo: int, hi: int, block_tokens: int, pins: int,
+    def __init__(self, chain: BlockIds, lo: int, hi: int, block_tokens: int, pins: int,
                  parent: _Node | None, children: int = 0):
         self.chain = chain
         self.lo = lo
@@ -77,7 +78,7 @@ class PrefixCache:
         """Every resident block (a step per block: for the hooks' index and for checks)."""
         return [b for node in self._heads.values() for b in node.chain[node.lo:node.hi]]
 
-    def match(self, hash_ids: Sequence[int]) -> int:
+    def match(self, hash_ids: BlockIds) -> int:
         """Number of leading blocks of the chain that are resident (no side effects)."""
         heads, depth, n = self._heads, 0, len(hash_ids)
         while depth < n:
@@ -90,6 +91,8 @@ class PrefixCache:
                 depth = end                     # the whole node: on to its child
                 continue
             lo, hi = depth + 1, min(end, n)     # the chain leaves the tree in this node
+            if isinstance(hash_ids, Chain) and isinstance(chain, Chain):
+                return hash_ids.agrees_until(chain, shift, lo, hi)     # run by run
             while lo < hi:
                 mid = (lo + hi) // 2
                 if chain[mid + shift] == hash_ids[mid]:
@@ -99,19 +102,18 @@ class PrefixCache:
             return lo
         return depth
 
-    def pin(self, hash_ids: Sequence[int], n_blocks: int) -> None:
-        """Mark the first `n_blocks` (resident) blocks as in use: they cannot be evicted.
+    def pin(self, hash_ids: BlockIds, n_blocks: int, start: int = 0) -> None:
+        """Mark the (resident) blocks `start` .. `n_blocks` - 1 as in use: they cannot be evicted.
 
-        `hash_ids` starts at the root of its chain or where an earlier pin of the chain ended
-        (a request extending its pin passes the rest of its chain)."""
+        `start` is 0 or where an earlier pin of the chain ended (a request extending its pin)."""
         lru = self._lru
-        for node in self._path(hash_ids, n_blocks):
+        for node in self._path(hash_ids, n_blocks, start):
             if node.pins == 0:
                 del lru[node]
                 self.pinned_tokens += node.tokens()
             node.pins += 1
 
-    def unpin(self, hash_ids: Sequence[int], n_blocks: int) -> None:
+    def unpin(self, hash_ids: BlockIds, n_blocks: int) -> None:
         """Release blocks pinned by `pin`; they become evictable, parents more recent than leaves."""
         lru, below = self._lru, None
         for node in reversed(self._path(hash_ids, n_blocks)):
@@ -123,7 +125,7 @@ class PrefixCache:
             else:       # pinned by another request: simply left out of the LRU list
                 below = None
 
-    def insert(self, hash_ids: Sequence[int], block_tokens: int, limit: int | None = None) -> int:
+    def insert(self, hash_ids: BlockIds, block_tokens: int, limit: int | None = None) -> int:
         """Make the chain resident (evicting LRU leaves as needed); returns blocks now resident.
 
         When the capacity (or `limit`, the room the memory tier leaves now, if lower) cannot hold
@@ -139,7 +141,7 @@ class PrefixCache:
         if have < len(hash_ids):
             parent = path[-1] if path else self._root
             parent.children += 1
-            chain = hash_ids if isinstance(hash_ids, tuple) else tuple(hash_ids)
+            chain = hash_ids if isinstance(hash_ids, (tuple, Chain)) else tuple(hash_ids)
             new = _Node(chain, have, len(chain), block_tokens, 0, parent)
             path.append(new)
             self._heads[chain[have]] = new
@@ -177,10 +179,10 @@ class PrefixCache:
         self._root = _Node((), 0, 0, 0, 0, None)
 
     # -- internals ----------------------------------------------------------------------------
-    def _path(self, hash_ids: Sequence[int], n_blocks: int) -> list[_Node]:
-        """The nodes holding the first `n_blocks` (resident) blocks, root side first; the last
-        one is split if the run ends inside it."""
-        heads, path, depth = self._heads, [], 0
+    def _path(self, hash_ids: BlockIds, n_blocks: int, start: int = 0) -> list[_Node]:
+        """The nodes holding the (resident) blocks `start` .. `n_blocks` - 1 (a node begins at
+        `start`), root side first; the last one is split if the run ends inside it."""
+        heads, path, depth = self._heads, [], start
         while depth < n_blocks:
             node = heads[hash_ids[depth]]
             depth += node.hi - node.lo

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pddsim.engine.chain import BlockIds
+
 # The latest simulated time (s) the clock, a float, resolves to a microsecond (~272 years): a
 # workload replayed past it would have its latencies rounded away.
 CLOCK_LIMIT_S = 2.0 ** 33
@@ -27,7 +29,7 @@ class TraceRequest:
     arrival_s: float
     input_tokens: int
     output_tokens: int
-    hash_ids: tuple[int, ...] = ()
+    hash_ids: BlockIds = ()
     block_tokens: int = 512
     session_id: int = -1
     think_s: float = 0.0

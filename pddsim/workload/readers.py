@@ -106,6 +106,8 @@ def write_native(workload: Workload, path) -> Path:
     with path.open("w", encoding="utf-8") as f:
         for r in workload.requests:
             row = {k: getattr(r, k) for k, default in defaults.items() if getattr(r, k) != default}
+            if "hash_ids" in row:
+                row["hash_ids"] = list(r.hash_ids)
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
     return path
 
@@ -131,10 +133,10 @@ def _reblock(r: TraceRequest, block_tokens: int) -> tuple[int, ...]:
     last small block, so equal ids still mean equal prefixes. A partial last block with an unhashed tail
     gets none."""
     per = block_tokens // r.block_tokens
-    ids = r.hash_ids[per - 1::per]
+    ids = tuple(r.hash_ids[per - 1::per])
     small_blocks = ceil_div(r.input_tokens, r.block_tokens)
     if len(r.hash_ids) == small_blocks and small_blocks % per:
-        ids += r.hash_ids[-1:]
+        ids += (r.hash_ids[-1],)
     return ids
 
 
