@@ -34,10 +34,12 @@ def _tokens(samples: np.ndarray) -> np.ndarray:
     return np.maximum(np.rint(samples), 1).astype(np.int64)
 
 
-def _chain(shared: Chain, keep: int, input_tokens: int, block_tokens: int, first_new: int) -> Chain:
-    """A request's prefix-hash chain: the first `keep` ids of `shared`, then fresh ids from
-    `first_new` on for the other blocks."""
-    return shared.extended(keep, first_new, ceil_div(input_tokens, block_tokens) - keep)
+def _chain(shared: tuple[int, ...], input_tokens: int, block_tokens: int,
+           first_new: int) -> tuple[int, ...]:
+    """A request's prefix-hash chain: the shared prefix, then fresh ids from `first_new` on for the
+    other blocks."""
+    return shared + tuple(range(first_new,
+                                first_new + ceil_div(input_tokens, block_tokens) - len(shared)))
 
 
 def poisson_workload(n_requests: int, rate_rps: float, input_mean: float, output_mean: float,
@@ -56,13 +58,13 @@ def poisson(spec: PoissonSpec, seed: int) -> Workload:
     arrivals = np.cumsum(rng.exponential(1 / spec.rate_rps, n))
     inputs = prefix + _tokens(_lognormal(rng, spec.input_mean - prefix, spec.input_sigma, n))
     outputs = _tokens(_lognormal(rng, spec.output_mean, spec.output_sigma, n))
-    shared = Chain.run(0, prefix // bt)
+    shared = tuple(range(prefix // bt))
     # request k's fresh blocks follow the shared prefix and the fresh blocks of those before it
     fresh = ceil_div(inputs, bt) - len(shared)
     first_new = len(shared) + np.cumsum(fresh) - fresh
     requests = [
         TraceRequest(arrival_s=t, input_tokens=n_in, output_tokens=n_out,
-                     hash_ids=_chain(shared, len(shared), n_in, bt, first), block_tokens=bt)
+                     hash_ids=_chain(shared, n_in, bt, first), block_tokens=bt)
         for t, n_in, n_out, first in zip(arrivals.tolist(), inputs.tolist(), outputs.tolist(),
                                          first_new.tolist())
     ]
@@ -163,9 +165,10 @@ def agent_workload(spec: AgentSpec, seed: int, starts: np.ndarray | None = None)
         fresh = is_first or is_reset or 0 < spec.max_context < n_in
         if fresh:                       # a new or rewritten context shares only the system prompt
             n_in = spec.system_tokens + context
-        # a partial last block differs
+        # the context so far, less a partial last block (it differs), then fresh ids; as runs of
+        # ids, not a copy of the context per turn (engine/chain.py)
         shared, keep = (system, len(system)) if fresh else (prev_chain, prev_in // bt)
-        chain = _chain(shared, keep, n_in, bt, next_id)
+        chain = shared.extended(keep, next_id, ceil_div(n_in, bt) - keep)
         next_id += len(chain) - keep
         requests.append(TraceRequest(
             arrival_s=at, input_tokens=n_in, output_tokens=n_out, hash_ids=chain, block_tokens=bt,
@@ -192,7 +195,7 @@ def benchmark(spec: BenchmarkSpec, seed: int) -> Workload:
     blocks = [ceil_div(i, bt) for i in inputs]
     first = np.cumsum([0] + blocks[:-1]).tolist()
     requests = [TraceRequest(arrival_s=0.0, input_tokens=i, output_tokens=o,
-                             hash_ids=Chain.run(f, b), block_tokens=bt)
+                             hash_ids=tuple(range(f, f + b)), block_tokens=bt)
                 for i, o, f, b in zip(inputs, outputs, first, blocks)]
     return Workload(requests, source=f"benchmark(seed={seed})",
                     extra={"generator": "benchmark", "seed": seed, "spec": spec.model_dump()},
