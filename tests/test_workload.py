@@ -1,12 +1,15 @@
 import json
 import lzma
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from pddsim.config import AgentSpec
 from pddsim.errors import InputError
 from pddsim.workload.model import TraceRequest, Workload
 from pddsim.workload.readers import read_workload, write_mooncake, write_native
+from pddsim.workload.synthetic import agent_workload
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
@@ -96,6 +99,18 @@ def test_native_round_trip_and_defaults_omitted(tmp_path):
     assert p.read_text().splitlines()[0] == '{"arrival_s":0.0,"input_tokens":100,"output_tokens":5}'
     back = read_workload(p)
     assert back.requests == w.requests and back.sessions == 2
+
+
+def test_a_generated_agent_workload_writes_the_files_of_its_ids(tmp_path):
+    """The Agent generator's chains are runs of ids (engine/chain.py): its files are those of the
+    same requests with tuples of the ids, and read back equal."""
+    w = agent_workload(AgentSpec(sessions=3, turns_mean=3, context_mean=2000, append_mean=300,
+                                 block_tokens=64), seed=1)
+    as_tuples = Workload([replace(r, hash_ids=tuple(r.hash_ids)) for r in w.requests], sessions=3)
+    for write in (write_native, write_mooncake):
+        text = write(w, tmp_path / "w.jsonl").read_text()
+        assert text == write(as_tuples, tmp_path / "t.jsonl").read_text()
+    assert read_workload(write_native(w, tmp_path / "n.jsonl")).requests == w.requests
 
 
 def test_mooncake_export_is_open_loop_in_512_token_blocks(tmp_path):
