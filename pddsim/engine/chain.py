@@ -9,7 +9,6 @@ cache reads a few ids of a chain per node, and searches where two chains part ru
 """
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import Iterator, Protocol, Sequence, overload
 
 
@@ -30,6 +29,21 @@ class BlockIds(Protocol):
     def __iter__(self) -> Iterator[int]: ...
 
 
+def parting(chain: BlockIds, shift: int, hash_ids: BlockIds, lo: int, hi: int) -> int:
+    """The first position p in lo .. hi - 1 where `hash_ids[p]` differs from `chain[p + shift]`
+    (hi if none), the two agreeing before lo: once two chains differ they differ on (a block id
+    names its whole prefix), so a binary search finds it, or a walk over runs for two `Chain`s."""
+    if isinstance(hash_ids, Chain) and isinstance(chain, Chain):
+        return hash_ids.agrees_until(chain, shift, lo, hi)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if chain[mid + shift] == hash_ids[mid]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 class Chain:
     """The ids `starts[r]`, `starts[r] + 1`, ... of run r, which ends at position `ends[r]`
     (`ends` rising, the last one the chain's length)."""
@@ -47,15 +61,16 @@ class Chain:
 
     def extended(self, keep: int, first: int, count: int) -> Chain:
         """The first `keep` ids of this chain, then `count` fresh ids from `first` on."""
-        ends = self.ends
-        r = bisect_right(ends, keep - 1) if keep > 0 else 0   # runs kept: 0 .. r (the last cut)
-        starts = self.starts[:r + 1] if keep > 0 else ()
-        cut = ends[:r] + (keep,) if keep > 0 else ()
+        starts: tuple[int, ...] = ()
+        ends: tuple[int, ...] = ()
+        if keep > 0:
+            r, begin = self._run(keep - 1)         # runs 0 .. r kept, the last cut at `keep`
+            starts, ends = self.starts[:r + 1], self.ends[:r] + (keep,)
+            if count > 0 and starts[r] + keep - begin == first:
+                return Chain(starts, ends[:r] + (keep + count,))   # the fresh ids continue run r
         if count <= 0:
-            return Chain(starts, cut)
-        if starts and starts[-1] + keep - (cut[-2] if len(cut) > 1 else 0) == first:
-            return Chain(starts, cut[:-1] + (keep + count,))     # the fresh ids continue the run
-        return Chain(starts + (first,), cut + (keep + count,))
+            return Chain(starts, ends)
+        return Chain(starts + (first,), ends + (keep + count,))
 
     def __len__(self) -> int:
         ends = self.ends
@@ -74,20 +89,23 @@ class Chain:
         return tuple(self._listed(lo, hi)) if step == 1 else self.ids()[i]
 
     def at(self, i: int) -> int:
-        """The id at position i (negative: from the end). A scan of the runs: a chain has a
-        few, and a scan costs less than a call."""
-        ends = self.ends
-        n = len(ends)
-        if i < 0 and n:
-            i += ends[n - 1]
+        """The id at position i (negative: from the end)."""
+        if i < 0:
+            i += len(self)
+        r, begin = self._run(i)
+        return self.starts[r] + i - begin
+
+    def _run(self, i: int) -> tuple[int, int]:
+        """The run holding position i and the position it begins at. A scan of the runs: a
+        chain has a few, and a scan costs less than a call."""
         begin = 0
-        for r in range(n):
-            end = ends[r]
-            if i < end:
-                if i < 0:
-                    break
-                return self.starts[r] + i - begin
-            begin = end
+        if i >= 0:
+            ends = self.ends
+            for r in range(len(ends)):
+                end = ends[r]
+                if i < end:
+                    return r, begin
+                begin = end
         raise IndexError("chain index out of range")
 
     def agrees_until(self, other: Chain, shift: int, lo: int, hi: int) -> int:
@@ -96,11 +114,9 @@ class Chain:
         where both chains run on, they agree throughout or nowhere."""
         p = lo
         while p < hi:
-            r = bisect_right(self.ends, p)
-            q = p + shift
-            s = bisect_right(other.ends, q)
-            if (self.starts[r] + p - (self.ends[r - 1] if r else 0)
-                    != other.starts[s] + q - (other.ends[s - 1] if s else 0)):
+            r, begin = self._run(p)
+            s, other_begin = other._run(p + shift)
+            if self.starts[r] + p - begin != other.starts[s] + p + shift - other_begin:
                 return p
             p = min(self.ends[r], other.ends[s] - shift, hi)
         return hi

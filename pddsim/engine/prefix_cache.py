@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Sequence
 
-from pddsim.engine.chain import BlockIds, Chain
+from pddsim.engine.chain import BlockIds, Chain, parting
 from pddsim.intmath import ceil_div
 
 BlocksHook = Callable[[Sequence[int]], None]
@@ -90,16 +90,8 @@ class PrefixCache:
             if end <= n and chain[node.hi - 1] == hash_ids[end - 1]:
                 depth = end                     # the whole node: on to its child
                 continue
-            lo, hi = depth + 1, min(end, n)     # the chain leaves the tree in this node
-            if isinstance(hash_ids, Chain) and isinstance(chain, Chain):
-                return hash_ids.agrees_until(chain, shift, lo, hi)     # run by run
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if chain[mid + shift] == hash_ids[mid]:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            return lo
+            # the chain leaves the tree in this node
+            return parting(chain, shift, hash_ids, depth + 1, min(end, n))
         return depth
 
     def pin(self, hash_ids: BlockIds, n_blocks: int, start: int = 0) -> None:
