@@ -12,11 +12,12 @@ import sys
 # What setup.py compiles. No class here may subclass a class that is not compiled with it (SimPy's,
 # an interpreted module's, the standard library's but Enum's): mypyc gives such a subclass an
 # instance layout (its own dict slot) that the base's Python methods and CPython's collector do not
-# expect, and runs crashed at random (tests/test_compiled.py checks every class). The modules that
-# subclass SimPy's classes are left out.
+# expect, and runs crashed at random (tests/test_compiled.py checks every class). The module that
+# subclasses SimPy's environment is left out.
 COMPILED = (
-    "pddsim.engine.chain", "pddsim.engine.daemons", "pddsim.engine.instance", "pddsim.engine.job",
-    "pddsim.engine.network", "pddsim.engine.perf", "pddsim.engine.prefix_cache", "pddsim.engine.request",
+    "pddsim.engine.chain", "pddsim.engine.clock", "pddsim.engine.daemons", "pddsim.engine.instance",
+    "pddsim.engine.job", "pddsim.engine.network", "pddsim.engine.perf", "pddsim.engine.prefix_cache",
+    "pddsim.engine.request",
     "pddsim.system.deployment", "pddsim.system.faults", "pddsim.system.handoff", "pddsim.system.paths",
     "pddsim.system.pdd", "pddsim.system.pipelines", "pddsim.system.routers", "pddsim.system.routes",
     "pddsim.system.scaling",

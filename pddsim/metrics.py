@@ -25,9 +25,10 @@ INT_COLUMNS = ("request", "session", "input_tokens", "output_tokens", "tokens_ou
 
 
 class Recorder:
-    """Collects one row per ended request. A row goes into a small row-major buffer in one call;
-    every `flush_rows` rows the buffer is split into the per-column arrays, which `frame` can
-    reorder one at a time."""
+    """Collects one row per ended request. A row goes into a small row-major buffer of Python
+    numbers (a list takes them as they are: an array would convert each one); every `flush_rows`
+    rows the buffer is split into the per-column arrays, which `frame` can reorder one at a
+    time."""
 
     def __init__(self, flush_rows: int = 4096):
         self.flush_rows = flush_rows
@@ -36,8 +37,8 @@ class Recorder:
         self.ints = {c: array("q") for c in INT_COLUMNS}
         self.pipeline = array("b")
         self.failure = array("q")
-        self._float_rows = array("d")
-        self._int_rows = array("q")
+        self._float_rows: list[float] = []
+        self._int_rows: list[int] = []    # INT_COLUMNS, then the pipeline's and failure's codes
         self._pipelines: dict[str, int] = {}
         self._failures: dict[str, int] = {"": 0}
 
@@ -56,22 +57,23 @@ class Recorder:
             req.rdma_bytes, req.handoff_stall_s))
         self._float_rows.extend(req.stages)
         self._float_rows.extend(req.ttft_stages or NO_TIME)    # no token: none
-        self._int_rows.extend((           # in INT_COLUMNS order
+        self._int_rows.extend((           # in INT_COLUMNS order, then the codes
             req.idx, req.trace.session_id, req.input_tokens, req.output_tokens, req.tokens_out,
             req.hit_tokens, req.hit_tokens_decode, req.handoffs, req.handoff_tail_tokens,
-            req.relay_tokens, req.trace.follows))
-        self.pipeline.append(self._pipelines.setdefault(req.pipeline, len(self._pipelines)))
-        self.failure.append(self._failures.setdefault(req.failed or "", len(self._failures)))
-        if len(self._int_rows) >= self.flush_rows * len(INT_COLUMNS):
+            req.relay_tokens, req.trace.follows,
+            self._pipelines.setdefault(req.pipeline, len(self._pipelines)),
+            self._failures.setdefault(req.failed or "", len(self._failures))))
+        if len(self._int_rows) >= self.flush_rows * (len(INT_COLUMNS) + 2):
             self._flush()
 
     def _flush(self) -> None:
-        groups: tuple[tuple[array, dict[str, array], Any], ...] = (
-            (self._float_rows, self.floats, np.float64), (self._int_rows, self.ints, np.int64))
+        groups: tuple[tuple[list, list[array], Any], ...] = (
+            (self._float_rows, list(self.floats.values()), np.float64),
+            (self._int_rows, [*self.ints.values(), self.pipeline, self.failure], np.int64))
         for rows, columns, dtype in groups:
-            table = np.frombuffer(rows, dtype=dtype).reshape(-1, len(columns))
-            for k, column in enumerate(columns.values()):
-                column.frombytes(table[:, k].tobytes())
+            table = np.fromiter(rows, dtype=dtype, count=len(rows)).reshape(-1, len(columns))
+            for k, column in enumerate(columns):
+                column.frombytes(table[:, k].astype(column.typecode).tobytes())
             del table
             del rows[:]
 

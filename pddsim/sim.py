@@ -19,6 +19,7 @@ import simpy
 
 from pddsim.config import MAX_SAMPLES, AgentSynthetic, Config
 from pddsim.cost import cost_per_hour, revenue_summary
+from pddsim.engine import clock
 from pddsim.engine.invariants import CheckedEnvironment, FlowLog, Invariants
 from pddsim.engine.request import Request
 from pddsim.errors import InputError, InvariantError
@@ -307,13 +308,14 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     def issue(idx: int) -> None:
         nonlocal serving_free_at
         if not frontend_s and not jitter_s and not serial_s:
-            req = in_flight[idx] = Request(idx, reqs[idx], env.now, PREFILL_QUEUE, keep_log)
+            req = in_flight[idx] = Request(idx, reqs[idx], clock.now(env), PREFILL_QUEUE, keep_log)
             dispatch(req)
             return
-        req = in_flight[idx] = Request(idx, reqs[idx], env.now, FRONTEND, keep_log)
-        serving_free_at = max(env.now, serving_free_at) + serial_s
-        delay = serving_free_at - env.now + frontend_s + (jitter.exponential(jitter_s) if jitter_s else 0.0)
-        env.timeout(delay).callbacks.append(lambda _e: dispatch(req))
+        now = clock.now(env)
+        req = in_flight[idx] = Request(idx, reqs[idx], now, FRONTEND, keep_log)
+        serving_free_at = max(now, serving_free_at) + serial_s
+        delay = serving_free_at - now + frontend_s + (jitter.exponential(jitter_s) if jitter_s else 0.0)
+        clock.timeout(env, delay).callbacks.append(lambda _e: dispatch(req))
 
     replay = Replay(env, workload, cfg.workload, np.random.default_rng([seed, 3]), issue)
     replay.start()
@@ -330,12 +332,12 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     series = sampler.frame() if sampler is not None else Sampler.empty_frame()
     links = {link.name: {"bytes": link.bytes_carried, "busy_s": link.busy_s,
                          "flows": link.flows_started,
-                         "throughput_Bps": link.bytes_carried / max(env.now, 1e-12)}
+                         "throughput_Bps": link.bytes_carried / max(clock.now(env), 1e-12)}
              for link in pipeline.dep.links}
     for name, figures in (sampler.link_utilization() if sampler is not None else {}).items():
         links[name].update(figures)
     def held_s(inst) -> float:
-        return env.now if elastic is None else elastic.held_s(inst, 0.0, env.now)
+        return clock.now(env) if elastic is None else elastic.held_s(inst, 0.0, clock.now(env))
     instances = pd.DataFrame([
         {"instance": i.name, "role": i.role,
          # an instance never held has no busy share (NaN: left out of its pool's mean)
@@ -348,15 +350,15 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
                                else pd.DataFrame(columns=list(INSTANCE_UTILIZATION)), on="instance")
     sessions = session_table(cfg, workload, df)
     # a benchmark's warm-up requests are left out of its figures, which cover its measured phase
-    measured, span = df, env.now
+    measured, span = df, clock.now(env)
     if workload.warmup:
         df["warmup"] = df["request"].to_numpy() < workload.warmup
         measured = df[~df["warmup"]].reset_index(drop=True)
-        span = env.now - float(measured["arrival_s"].min())
-    t0 = env.now - span
+        span = clock.now(env) - float(measured["arrival_s"].min())
+    t0 = clock.now(env) - span
     summary = summarize(measured, instances, system=cfg.name, sim_duration_s=span,
                         cost_per_hour=cost_per_hour(
-                            cfg, None if elastic is None else elastic.mean_gpus(t0, env.now)))
+                            cfg, None if elastic is None else elastic.mean_gpus(t0, clock.now(env))))
     summary["warmup_requests"] = workload.warmup
     # the SLO its attainment, goodput and BCR are measured against: summaries compare only with it
     summary.update(slo_ttft_s=cfg.slo.ttft_s, slo_tpot_s=cfg.slo.tpot_s, slo_target=cfg.slo.target)
@@ -366,10 +368,10 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     summary.update(utilization_summary(instances, links))
     summary.update(session_summary(sessions))
     if faults is not None:
-        summary.update(faults.summary(df, env.now))
+        summary.update(faults.summary(df, clock.now(env)))
     if elastic is not None:
         summary.update(elastic.summary(measured["arrival_s"].to_numpy(),
-                                       measured["finish_s"].to_numpy(), t0, env.now))
+                                       measured["finish_s"].to_numpy(), t0, clock.now(env)))
     return Result(summary=summary, requests=df, links=links, instances=instances, sessions=sessions,
-                  timeseries=series, window_s=period_s if period_s > 0 else env.now or 1.0,
+                  timeseries=series, window_s=period_s if period_s > 0 else clock.now(env) or 1.0,
                   cfg=cfg, seed=seed, wall_s=time.perf_counter() - wall0, timeline=timeline)

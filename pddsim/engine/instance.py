@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import simpy
 
+from pddsim.engine import clock
 from pddsim.engine.dp_balance import DpBalance
 from pddsim.engine.job import Job
 from pddsim.engine.multi_token import MultiToken
@@ -43,7 +44,6 @@ from pddsim.engine.network import Flow, Link
 from pddsim.engine.perf import DecodeRun, chunk_attention_pairs
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.engine.request import PREFILL, RECOMPUTE, Request
-from pddsim.engine.urgent import Urgent
 from pddsim.intmath import ceil_div
 
 if TYPE_CHECKING:   # the engine reads a config's batching limits; it needs no config code
@@ -160,7 +160,7 @@ class Instance:
         self.balance = balance
         self.most_tokens_per_iteration = 1 if multi_token is None else multi_token.k + 1
         self._empty()
-        self._pending: simpy.Event = Urgent(env, self._step)   # what the loop continues from
+        self._pending: simpy.Event = clock.urgent(env, self._step)   # what the loop continues from
 
     def _empty(self) -> None:
         """The engine's state of an instance serving nothing (at start, and after a restart)."""
@@ -187,7 +187,7 @@ class Instance:
         self.inbound_tokens = 0               # prompts whose KV is on its way here (the pipeline's)
         self.waiting_tokens = 0
         self._wake: simpy.Event | None = None
-        self._cut_event: Urgent | None = None   # a cut at a boundary that is now, pending
+        self._cut_event: simpy.Event | None = None   # a cut at a boundary that is now, pending
         self._promises: dict[Job, int] = {}   # `reserve`: each admitted request's whole length
         self._promised = 0                    # and their sum
         self._stall_s = 0.0                   # `prefill_first`: decoders paused since their last token
@@ -214,7 +214,7 @@ class Instance:
 
     def restart(self) -> None:
         """Back in service after a crash, serving nothing, its cache empty."""
-        self._pending = Urgent(self.env, self._step)
+        self._pending = clock.urgent(self.env, self._step)
 
     # -- what routers see ---------------------------------------------------------------------
     @property
@@ -226,8 +226,8 @@ class Instance:
             return self._ctx_base + len(self._decoders) * self.iters
         if self._spec is not None:
             return (self._ctx_base + len(self._decoders) * self.iters
-                    + self._spec.grown(self.iters, seg.iters_done(self.env.now)))
-        return self._ctx_base + len(self._decoders) * (self.iters + seg.iters_done(self.env.now))
+                    + self._spec.grown(self.iters, seg.iters_done(clock.now(self.env))))
+        return self._ctx_base + len(self._decoders) * (self.iters + seg.iters_done(clock.now(self.env)))
 
     @property
     def kv_load(self) -> int:
@@ -312,7 +312,7 @@ class Instance:
         job.uses_cache = use_cache
         job.decoding = False
         if job.queue_stage is not None:
-            job.req.enter(job.queue_stage, self.env.now)
+            job.req.enter(job.queue_stage, clock.now(self.env))
         if use_cache:   # queued work counts net of the hit it will get; `_lookup_prefix` reconciles
             job.req.hit_tokens = self._hit_blocks(job) * job.block_tokens
             self.pending_prefill_tokens += prefill - job.req.hit_tokens
@@ -377,7 +377,7 @@ class Instance:
         wake = self._wake
         if wake is not None:                  # idle: wake the loop (once)
             self._wake = None
-            wake.succeed()
+            clock.succeed(wake)
         else:
             seg = self._in_flight
             if seg is not None and seg.cuttable:   # a decode run: cut it at the next boundary
@@ -399,7 +399,7 @@ class Instance:
             if self.waiting:
                 self._admit()
             if not self.prefilling and not self._decoders:
-                self._wake = wake = env.event()
+                self._wake = wake = clock.event(env)
                 self._changed()
                 self._wait(wake, self._step)  # `_poke` clears `_wake` as it triggers it
                 return
@@ -408,7 +408,7 @@ class Instance:
                 continue
             self._in_flight = seg
             self._changed()
-            self._wait(env.timeout(seg.seconds), self._segment_done)
+            self._wait(clock.timeout(env, seg.seconds), self._segment_done)
             return
 
     def _cut(self, urgent: simpy.Event | None = None) -> None:
@@ -418,18 +418,18 @@ class Instance:
         seg = self._in_flight
         assert seg is not None and seg.run is not None
         run = seg.run
-        done_s = self.env.now - seg.t0
+        done_s = clock.now(self.env) - seg.t0
         k = run.cut(done_s)
         elapsed = run.elapsed(k)
         if elapsed <= done_s and urgent is None:
-            self._cut_event = Urgent(self.env, self._cut)
+            self._cut_event = clock.urgent(self.env, self._cut)
             return
         self._cut_event = None
         self._pending.callbacks.remove(self._segment_done)
         seg.k, seg.seconds = k, elapsed
         if elapsed > done_s:
             self._changed()
-            self._wait(self.env.timeout(elapsed - done_s), self._segment_done)
+            self._wait(clock.timeout(self.env, elapsed - done_s), self._segment_done)
         else:
             self._segment_done(urgent)
 
@@ -441,7 +441,7 @@ class Instance:
         self._step()
 
     def _admit(self) -> None:
-        now = self.env.now
+        now = clock.now(self.env)
         while self.waiting:
             job = self.waiting[0]
             if job.needs_lookup:
@@ -624,12 +624,12 @@ class Instance:
             if spec is None:
                 seconds = self.perf.iteration(tokens, pairs, kv_read, ctx if decoding else 0,
                                               decoding + len(chunks), None, largest)
-                return self._segment.start(chunks, None, k, seconds, self.env.now, ctx + k * n)
+                return self._segment.start(chunks, None, k, seconds, clock.now(self.env), ctx + k * n)
             seconds = (self.perf.iteration(tokens, pairs, kv_read, decode_pairs,
                                            decoding + len(chunks), samples + len(chunks),
                                            max(largest, spec.k + 1))
                        + (spec.draft_s(n, ctx) if decoding else 0.0))
-            return self._segment.start(chunks, None, k, seconds, self.env.now,
+            return self._segment.start(chunks, None, k, seconds, clock.now(self.env),
                                        ctx + spec.grown(self.iters, k))
         # decode only (n > 0): run until the next finish or until memory runs out
         heap = self._finish_heap
@@ -645,18 +645,18 @@ class Instance:
             if srun is None:
                 self._preempt_newest()
                 return None
-            return self._segment.start((), srun, srun.k, srun.total_s, self.env.now,
+            return self._segment.start((), srun, srun.k, srun.total_s, clock.now(self.env),
                                        ctx + spec.grown(self.iters, srun.k))
         free = self._free_tokens(n * k)           # iterations the pool can grow, evicting if need be
         if free < n:
             self._preempt_newest()
             return None
         run = self.perf.decode_run(n, ctx, min(k, free // n))
-        return self._segment.start((), run, run.k, run.total_s, self.env.now, ctx + n * run.k)
+        return self._segment.start((), run, run.k, run.total_s, clock.now(self.env), ctx + n * run.k)
 
     def _complete(self, seg: Segment) -> None:
         """Account a finished segment."""
-        now = self.env.now
+        now = clock.now(self.env)
         chunks, k, elapsed = seg.chunks, seg.k, seg.seconds
         n = len(self._decoders)
         iters = self.iters
@@ -733,7 +733,7 @@ class Instance:
         decodes here. Called by the engine, or by a pipeline for work it held: from now on the
         work is this instance's own (a preempted decoder recomputes and streams again here)."""
         job.hold = False
-        job.req.emit(self.env.now)
+        job.req.emit(clock.now(self.env))
         job.decode_left -= 1
         self.held -= job.reserved
         job.reserved = 0
@@ -748,7 +748,7 @@ class Instance:
 
     def _join_decoding(self, job: Job) -> None:
         if job.decode_stage is not None:
-            job.req.enter(job.decode_stage, self.env.now)
+            job.req.enter(job.decode_stage, clock.now(self.env))
         job.decoding = True
         job.start_iter = self.iters
         job.finish_iter = self.iters + (job.decode_left if self._spec is None
@@ -763,7 +763,7 @@ class Instance:
         made = self.iters - job.start_iter if self._spec is None else self._spec.leave(job, self.iters)
         if made:
             i = bisect_right(self._seg_end, job.start_iter)
-            job.req.emit_run(self.env.now, made, self._seg_max[i])
+            job.req.emit_run(clock.now(self.env), made, self._seg_max[i])
         del self._decoders[job]
         self._unpin(job)
         self._unpromise(job)
@@ -799,7 +799,7 @@ class Instance:
         recompute its whole context when readmitted (vLLM's recompute preemption)."""
         victim = next(reversed(self._decoders))
         self._leave_decoding(victim)
-        victim.req.enter(RECOMPUTE, self.env.now)
+        victim.req.enter(RECOMPUTE, clock.now(self.env))
         self.preemptions += 1
         victim.prefill_left, victim.context = victim.context, 0
         self.pending_prefill_tokens += victim.prefill_left

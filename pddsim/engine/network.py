@@ -17,8 +17,8 @@ from typing import Callable, Protocol
 
 import numpy as np
 import simpy
-from simpy.events import URGENT
 
+from pddsim.engine import clock
 from pddsim.engine.daemons import Daemons
 
 
@@ -146,7 +146,7 @@ class Link:
 
     # -- internals --------------------------------------------------------------------------
     def _advance(self) -> None:
-        now = self.env.now
+        now = clock.now(self.env)
         if self._active:
             self._mark += self._rate * (now - self._last_s)
             self.busy_s += now - self._last_s
@@ -166,14 +166,14 @@ class Link:
         self._rate = rate
         delay = max(heap[0][0] - self._mark, 0.0) / rate if rate > 0 else inf
         if delay != inf:
-            self.env.timeout(delay, self._gen).callbacks.append(self._on_timer)
+            clock.timeout(self.env, delay, self._gen).callbacks.append(self._on_timer)
 
     def _on_timer(self, timer) -> None:
         if timer.value != self._gen:         # a later change rescheduled the next end
             return
         self._advance()
         heap = self._heap
-        now, mark, rate = self.env.now, self._mark, self._rate
+        now, mark, rate = clock.now(self.env), self._mark, self._rate
         finished: list[Flow] = []
         # The timer was set for the first end: that flow has ended, whatever rounding left of its
         # bytes; so have those whose rest the clock cannot resolve (rate > 0, or no timer is set).
@@ -324,7 +324,7 @@ class Fabric:
 
     # -- internals --------------------------------------------------------------------------
     def _advance(self) -> None:
-        now = self.env.now
+        now = clock.now(self.env)
         dt = now - self._last_s
         if self._flows and dt > 0:
             for f in self._flows:
@@ -403,14 +403,14 @@ class Fabric:
             if f.rate > 0 and (f.size - f.sent) / f.rate < delay:
                 delay, self._due = (f.size - f.sent) / f.rate, f
         if delay != inf:
-            self.env.timeout(max(delay, 0.0), self._gen).callbacks.append(self._on_timer)
+            clock.timeout(self.env, max(delay, 0.0), self._gen).callbacks.append(self._on_timer)
 
     def _on_timer(self, timer) -> None:
         if timer.value != self._gen:         # a later change rescheduled the next end
             return
         self._advance()
         finished, active = [], []
-        now, due = self.env.now, self._due
+        now, due = clock.now(self.env), self._due
         for f in self._flows:
             # the flow the timer was set for has ended, whatever rounding left of its bytes; so
             # have those whose rest the clock cannot resolve
@@ -441,7 +441,7 @@ def ends_now(now: float, remaining_s: float) -> bool:
 def deliver(env, latency_s: float, flow: Flow) -> None:
     """The flow's last byte left now: it arrives one-way latency later."""
     if latency_s > 0:
-        env.timeout(latency_s, flow).callbacks.append(_arrived)
+        clock.timeout(env, latency_s, flow).callbacks.append(_arrived)
     else:
         flow.on_delivered()
 
@@ -449,7 +449,7 @@ def deliver(env, latency_s: float, flow: Flow) -> None:
 def deliver_later(env, latency_s: float, flow: Flow) -> None:
     """A flow with nothing to send, started now: it arrives one-way latency later, from an event of
     its own even on a line without latency (never inside the `send` that started it)."""
-    env.timeout(latency_s, flow).callbacks.append(_arrived)
+    clock.timeout(env, latency_s, flow).callbacks.append(_arrived)
 
 
 def _arrived(delivery) -> None:
@@ -508,10 +508,7 @@ class Background:
         self.stopped = False                 # a daemon's end: only daemons were left
         self._shocks = normal_draws(rng, std * np.sqrt(1.0 - correlation ** 2))
         link.background = self
-        start = env.event()                  # at time 0, urgent: as a process would start
-        start._ok, start._value = True, None
-        start.callbacks.append(self._start)
-        env.schedule(start, URGENT)
+        clock.urgent(env, self._start)       # at time 0, urgent: as a process would start
 
     def _start(self, _event: simpy.Event) -> None:
         self._set()
@@ -542,7 +539,7 @@ class Background:
         else:
             self._step()
             self._set()
-        now = self.env.now
+        now = clock.now(self.env)
         self.since, self.due = now, now + self.period_s
         if self.link._active or self.daemons.stuck is not None:
             self._sleep(self.period_s)
@@ -553,7 +550,7 @@ class Background:
         the class; -inf leaves a tie to the next look)."""
         if self.stopped:
             return
-        now, since, due = self.env.now, self.since, self.due
+        now, since, due = clock.now(self.env), self.since, self.due
         if self.ticking:
             if due == now and since <= looked_from and not self.exact and not self.early:
                 self._step()
@@ -574,7 +571,7 @@ class Background:
         self.catch_up(inf)
         if self.ticking or self.stopped:
             return
-        now, due = self.env.now, self.due
+        now, due = clock.now(self.env), self.due
         delay = due - now                    # a delay SimPy adds up to exactly `due`
         while now + delay < due:
             delay = nextafter(delay, inf)

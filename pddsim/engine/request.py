@@ -15,7 +15,6 @@ it decodes) and into two of its own, `PREFILL` and `RECOMPUTE`.
 """
 from __future__ import annotations
 
-from array import array
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:  # the engine reads a trace entry's fields; it needs no workload code
@@ -26,7 +25,7 @@ if TYPE_CHECKING:  # the engine reads a trace entry's fields; it needs no worklo
 PREFILL = "prefill"          # its prompt is computed (its job admitted from where it queued)
 RECOMPUTE = "recompute"      # preempted for memory: re-queued, recomputing its context
 STAGE_INDEX: dict[str, int] = {}   # each stage's place in a request's `stages` (`name_stages`)
-NO_TIME = array("d")               # a zero per stage
+NO_TIME: list[float] = []         # a zero per stage
 
 
 def name_stages(stages: Sequence[str]) -> None:
@@ -35,7 +34,7 @@ def name_stages(stages: Sequence[str]) -> None:
     assert PREFILL in stages and RECOMPUTE in stages, "the engine's own stages are among them"
     STAGE_INDEX.clear()
     STAGE_INDEX.update((name, i) for i, name in enumerate(stages))
-    NO_TIME[:] = array("d", [0.0] * len(stages))
+    NO_TIME[:] = [0.0] * len(stages)
 
 
 class Request:
@@ -83,8 +82,8 @@ class Request:
         self.job: Job | None = None
         self.stage = stage
         self.stage_s = arrival_s
-        self.stages = array("d", NO_TIME)     # seconds per named stage, in order (no float objects)
-        self.ttft_stages: array | None = None
+        self.stages = NO_TIME[:]              # seconds per named stage, in order
+        self.ttft_stages: list[float] | None = None
         self.log = [(stage, arrival_s)] if log else None
         self.retries = 0
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from pddsim.config import Faults, InstanceFault, LinkFault
+from pddsim.engine import clock
 from pddsim.engine.request import Request
 from pddsim.system.deployment import Deployment
 from pddsim.system.stages import PREFILL_QUEUE
@@ -90,7 +91,7 @@ class FaultInjector:
         self.pipeline.abandon(req)
         self.retries += 1
         self.retried.add(req.idx)
-        again = self.in_flight[req.idx] = req.retried(self.env.now, PREFILL_QUEUE)
+        again = self.in_flight[req.idx] = req.retried(clock.now(self.env), PREFILL_QUEUE)
         self.dispatch(again)
 
     # -- instances ----------------------------------------------------------------------------
@@ -103,12 +104,12 @@ class FaultInjector:
         else:
             pool = [i for i in self.members[str(ev.role)] if i.cluster == ev.cluster]
             targets = pool[:ev.count] if ev.count is not None else pool
-        yield self.env.timeout(ev.start_s)
+        yield clock.timeout(self.env, ev.start_s)
         for inst in targets:
             self._take_down(inst)
         if ev.duration_s is None:
             return
-        yield self.env.timeout(ev.duration_s)
+        yield clock.timeout(self.env, ev.duration_s)
         for inst in targets:
             self._bring_up(inst)
 
@@ -121,7 +122,7 @@ class FaultInjector:
             # only then is the run judged: the requests it re-dispatched are progress, not stuck
             if not daemons.keep_going():
                 return
-            yield self.env.timeout(float(self.rng.exponential(rf.mttr_s)))
+            yield clock.timeout(self.env, float(self.rng.exponential(rf.mttr_s)))
             self._bring_up(inst)
 
     def _take_down(self, inst) -> None:
@@ -151,14 +152,16 @@ class FaultInjector:
         pool = self.dep.pools[inst.role]
         pool.remove(inst)
         if not pool:
-            self._pool_empty_since[inst.role] = self.env.now
+            self._pool_empty_since[inst.role] = clock.now(self.env)
 
     def join_pool(self, inst) -> None:
         """`inst` is in service (restarted, started or no longer draining): requests waiting for
         its pool go on."""
         pool = self.dep.pools[inst.role]
         if not pool:
-            self.pool_empty_s[inst.role] += self.env.now - self._pool_empty_since[inst.role]
+            since = self._pool_empty_since[inst.role]
+            assert since is not None, "an empty pool recorded when it emptied"
+            self.pool_empty_s[inst.role] += clock.now(self.env) - since
             self._pool_empty_since[inst.role] = None
         pool.add(inst)
         parked, self.parked = self.parked, []
@@ -168,12 +171,12 @@ class FaultInjector:
 
     # -- links --------------------------------------------------------------------------------
     def _link_fault(self, ev: LinkFault):
-        yield self.env.timeout(ev.start_s)
+        yield clock.timeout(self.env, ev.start_s)
         factor = 0.0 if ev.kind == "link_down" else float(ev.factor or 0.0)
         self._set_link(ev.link, factor, on=True)
         if ev.duration_s is None:
             return
-        yield self.env.timeout(ev.duration_s)
+        yield clock.timeout(self.env, ev.duration_s)
         self._set_link(ev.link, factor, on=False)
 
     def _set_link(self, name: str, factor: float, *, on: bool) -> None:
@@ -185,7 +188,7 @@ class FaultInjector:
         scale = float(np.prod(factors)) if factors else 1.0
         link = self.links[name]
         link.set_scale(scale)
-        now = self.env.now
+        now = clock.now(self.env)
         since = self._link_down_since[name]
         if scale == 0 and since is None:
             self._link_down_since[name] = now

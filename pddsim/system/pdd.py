@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from pddsim.engine import clock
 from pddsim.engine.instance import Instance
 from pddsim.engine.job import Job
 from pddsim.engine.network import Flow, Link
@@ -178,7 +179,7 @@ class PDD(Disaggregated):
         st.md_busy = True
         if final:
             st.final = True
-            req.enter("handoff", self.env.now)
+            req.enter("handoff", clock.now(self.env))
             req.relay_tokens = req.tokens_out
             req.handoff_tail_tokens = n_ids
         nbytes = n_ids * self.cfg.token_id_bytes
@@ -218,7 +219,7 @@ class PDD(Disaggregated):
         if self._extend_over(st, job):
             req = st.req
             req.handoffs = st.rounds
-            req.handoff_stall_s = self.env.now - req.last_token_s
+            req.handoff_stall_s = clock.now(self.env) - req.last_token_s
             st.the_md.stream(job)
 
     def _extend_over(self, st: PddRequestState, job: Job) -> bool:
@@ -324,7 +325,7 @@ class PDD(Disaggregated):
     def abandon(self, req: Request) -> None:
         """A fault ends the request's attempt: its transfers in flight are cancelled (the prompt's
         to the RLD, token IDs to the MD) and the rest let go as when it ends."""
-        req.finish_s = self.env.now             # the attempt is over: late deliveries let go
+        req.finish_s = clock.now(self.env)             # the attempt is over: late deliveries let go
         st = self._states.pop(req, None)
         if st is None:
             return

@@ -8,6 +8,7 @@ from typing import Callable
 
 import simpy
 
+from pddsim.engine import clock
 from pddsim.engine.instance import Instance
 from pddsim.engine.job import Job
 from pddsim.engine.network import Flow
@@ -55,10 +56,10 @@ class Pipeline:
         if self.tracer is None:
             flow = self.dep.send(src, dst, nbytes, on_arrival)
         else:
-            t0 = self.env.now
+            t0 = clock.now(self.env)
 
             def arrived():
-                self.tracer.transfer(self.dep.carrier(src, dst), t0, self.env.now, nbytes, req.idx,
+                self.tracer.transfer(self.dep.carrier(src, dst), t0, clock.now(self.env), nbytes, req.idx,
                                      what)
                 on_arrival()
             flow = self.dep.send(src, dst, nbytes, arrived)
@@ -66,7 +67,7 @@ class Pipeline:
             def timed_out(_e) -> None:
                 if not flow.done and req.finish_s is None:
                     self.transfer_stalled(req, flow)
-            self.env.timeout(self.faults.cfg.transfer_timeout_s).callbacks.append(timed_out)
+            clock.timeout(self.env, self.faults.cfg.transfer_timeout_s).callbacks.append(timed_out)
         return flow
 
     def dispatch(self, req: Request) -> None:
@@ -122,8 +123,8 @@ class Pipeline:
         self.faults.retry(req, TRANSFER_TIMEOUT)
 
     def _end(self, req: Request) -> None:
-        req.finish_s = self.env.now
-        req.close_stages(self.env.now)
+        req.finish_s = clock.now(self.env)
+        req.close_stages(clock.now(self.env))
         job = req.job
         if job is not None:                  # it is over; and the request no longer refers to it,
             job.inst = req.job = None        # so neither is kept alive by the other (a cycle)
@@ -233,7 +234,7 @@ class Disaggregated(Pipeline):
         else:
             req.rdma_bytes += nbytes
         if streams:
-            req.enter("kv_wan" if src.cluster != dst.cluster else "kv_rdma", self.env.now)
+            req.enter("kv_wan" if src.cluster != dst.cluster else "kv_rdma", clock.now(self.env))
         if not streams or src.cluster != dst.cluster:
             return self.send(src, dst, nbytes, on_arrival, req, "prompt KV")
         # inside a cluster the pick decides whose NICs the KV crosses: a router sees it coming
@@ -266,7 +267,7 @@ class Disaggregated(Pipeline):
         job; None when that token was the last). `job`: the request's job that has let go of its
         instance, to go on with here (one object fewer per request: the event loop's cost)."""
         if req.output_tokens == 1:
-            req.emit(self.env.now)
+            req.emit(clock.now(self.env))
             self._end(req)
             return None
         if job is None:

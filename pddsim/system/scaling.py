@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pddsim.config import Config
+from pddsim.engine import clock
 from pddsim.engine.instance import Instance
 from pddsim.engine.request import Request
 from pddsim.system.deployment import Deployment, Group
@@ -97,7 +98,7 @@ class Elastic:
         k = 1 if at[0][0] == 0 else 0
         while True:
             days, i = divmod(k, len(at))
-            yield daemons.sleep(max(days * day + at[i][0] - self.env.now, 0.0))
+            yield daemons.sleep(max(days * day + at[i][0] - clock.now(self.env), 0.0))
             if not daemons.keep_going():    # asked before acting: a start-up is progress, so a
                 return                      # stuck run must be seen as stuck before one starts
             self.set_wanted(gs, at[i][1])
@@ -115,7 +116,7 @@ class Elastic:
             if not daemons.keep_going():    # (before acting, as a schedule does)
                 return
             ratio = self.observed_ratio(gs)
-            now = self.env.now
+            now = clock.now(self.env)
             if ratio is not None and abs(ratio - 1) > sc.tolerance and \
                     now - gs.last_change >= sc.cooldown_s:
                 held = sum(self.state[i] in (STARTING, SERVING) for i in gs.group.instances)
@@ -149,7 +150,7 @@ class Elastic:
         """What a controller reads of ended requests: their TTFT and TPOT."""
         if not self.watch_latency or req.failed is not None or req.first_token_s is None:
             return
-        self.ended_at.append(self.env.now)
+        self.ended_at.append(clock.now(self.env))
         self.ttft.append(req.first_token_s - req.arrival_s)
         self.tpot.append((req.last_token_s - req.first_token_s) / (req.tokens_out - 1)
                          if req.tokens_out > 1 else math.nan)
@@ -188,13 +189,13 @@ class Elastic:
 
     def _start(self, inst: Instance) -> None:
         self.state[inst] = STARTING
-        self.held[inst].append([self.env.now, math.inf])
+        self.held[inst].append([clock.now(self.env), math.inf])
         self._start_timer(inst)
 
     def _start_timer(self, inst: Instance) -> None:
         self._start_gen[inst] += 1
         gen = self._start_gen[inst]
-        self.env.timeout(self.group_of[inst].group.startup_s).callbacks.append(
+        clock.timeout(self.env, self.group_of[inst].group.startup_s).callbacks.append(
             lambda _e: self._started(inst, gen))
 
     def _started(self, inst: Instance, gen: int) -> None:
@@ -242,7 +243,7 @@ class Elastic:
 
     def _release(self, inst: Instance) -> None:
         self.state[inst] = OFF
-        self.held[inst][-1][1] = self.env.now
+        self.held[inst][-1][1] = clock.now(self.env)
         self._update_short(self.group_of[inst])
 
     def is_held(self, inst: Instance) -> bool:
@@ -285,7 +286,7 @@ class Elastic:
     # -- the record -------------------------------------------------------------------------------------
     def _update_short(self, gs: GroupState) -> None:
         serving = sum(self.state[i] == SERVING and not self._is_down(i) for i in gs.group.instances)
-        now = self.env.now
+        now = clock.now(self.env)
         if serving < gs.wanted and gs.short_since is None:
             gs.short_since = now
         elif serving >= gs.wanted and gs.short_since is not None:

@@ -20,6 +20,7 @@ import numpy as np
 import simpy
 
 from pddsim.config import WorkloadConfig
+from pddsim.engine import clock
 from pddsim.errors import InputError
 from pddsim.workload.model import Workload
 
@@ -115,8 +116,8 @@ class Replay:
                     todo = items[read:read + _BLOCK].tolist()
                     read += len(at)
                     i = 0
-                if at[i] > env.now:
-                    env.timeout(at[i] - env.now).callbacks.append(due)
+                if at[i] > clock.now(env):
+                    clock.timeout(env, at[i] - clock.now(env)).callbacks.append(due)
                     return
                 item = todo[i]
                 i += 1
@@ -124,7 +125,7 @@ class Replay:
             # all issued; `due` refers to itself, so it and what it holds would live until a
             # garbage collection
             at, todo, times, items = [], [], times[:0], items[:0]
-        env.timeout(0).callbacks.append(due)
+        clock.timeout(env, 0).callbacks.append(due)
 
     def _start_session(self, s: int) -> None:
         self.next_session = max(self.next_session, s + 1)
@@ -136,7 +137,7 @@ class Replay:
             roots, ts = members, self.cfg.time_scale
         offsets = np.array([(self.reqs[i].arrival_s - base) / ts for i in roots])
         order = np.argsort(offsets, kind="stable")
-        self._at_times(self.env.now + offsets[order], np.array(roots)[order], self.issue_at_now)
+        self._at_times(clock.now(self.env) + offsets[order], np.array(roots)[order], self.issue_at_now)
 
     def _start_phase(self, end: int) -> None:
         """A benchmark phase begins: its clients start, evenly over the ramp, each issuing the
@@ -144,7 +145,7 @@ class Replay:
         assert self.clients is not None
         self.phase_end = end
         count = min(self.clients.concurrency, end - self.issued)
-        starts = self.env.now + np.arange(count) * (self.clients.ramp_s / count)
+        starts = clock.now(self.env) + np.arange(count) * (self.clients.ramp_s / count)
         self._at_times(starts, np.full(count, end, dtype=np.int64), self._client_next)
 
     def _client_next(self, phase_end: int, _event=None) -> None:
@@ -162,12 +163,12 @@ class Replay:
             elif self.ended == self.phase_end:        # the warm-up has drained
                 self._start_phase(len(self.reqs))
             else:
-                self.env.timeout(self.clients.think_s).callbacks.append(
+                clock.timeout(self.env, self.clients.think_s).callbacks.append(
                     partial(self._client_next, self.phase_end))
             return
         self.ended += 1
         for child in self.children.pop(idx, ()):
-            self.env.timeout(self.reqs[child].think_s).callbacks.append(partial(self._issue, child))
+            clock.timeout(self.env, self.reqs[child].think_s).callbacks.append(partial(self._issue, child))
         s = int(self.session_of[idx])
         self.left_in_session[s] -= 1
         if (self.left_in_session[s] == 0 and self.cfg.session_start == "concurrent"
