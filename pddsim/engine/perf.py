@@ -447,18 +447,20 @@ class LinearRun:
 
     def __init__(self, compute: tuple[float, float], memory: tuple[float, float], fixed: float,
                  k: int):
-        (ca, cb), (ma, mb) = compute, memory
+        # one tuple unpacked at a time: compiled, that is native (a nested unpack iterates)
+        ca, cb = compute
+        ma, mb = memory
         self.ca, self.cb, self.ma, self.mb, self.fixed, self.k = ca, cb, ma, mb, fixed, k
         da, db = ca - ma, cb - mb
         if db == 0:                            # no crossing: `early` dominates all k
-            (self.ea, self.eb), split = (compute if da >= 0 else memory), k
-            late = (0.0, 0.0)
+            early, late, split = (compute if da >= 0 else memory), (0.0, 0.0), k
         elif db > 0:
-            (self.ea, self.eb), late = memory, compute
+            early, late = memory, compute
             split = min(max(ceil(-da / db), 0), k)
         else:
-            (self.ea, self.eb), late = compute, memory
+            early, late = compute, memory
             split = min(max(floor(-da / db) + 1, 0), k)
+        self.ea, self.eb = early
         self.la, self.lb = late
         self.split = split
         self.first_s = (ca if ca > ma else ma) + fixed        # at(0)
