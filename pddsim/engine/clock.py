@@ -10,7 +10,7 @@ subclass of SimPy's class could not be compiled.
 from __future__ import annotations
 
 from heapq import heappush
-from typing import Any, Callable, Final
+from typing import Any, Callable, Final, Iterator
 
 import simpy
 from simpy.core import SimTime
@@ -21,6 +21,7 @@ from simpy.events import NORMAL, PENDING, URGENT, Event, Timeout
 _NEW_TIMEOUT: Final[Callable[[type], Any]] = Timeout.__new__
 _NEW_EVENT: Final[Callable[[type], Any]] = Event.__new__
 _PUSH: Final[Callable[[list, tuple], None]] = heappush
+_NEXT: Final[Callable[[Iterator[int]], int]] = next
 _NORMAL: Final[int] = NORMAL
 _URGENT: Final[int] = URGENT
 
@@ -31,7 +32,7 @@ def now(env: simpy.Environment) -> float:
 
 
 def _schedule(env: simpy.Environment, event: Event, priority: int, at: SimTime) -> None:
-    _PUSH(env._queue, (at, priority, next(env._eid), event))
+    _PUSH(env._queue, (at, priority, _NEXT(env._eid), event))
 
 
 def timeout(env: simpy.Environment, delay: SimTime, value: Any = None) -> Timeout:
