@@ -305,15 +305,17 @@ class Roofline:
             else:
                 k = min(k, (n * self.cap - context) // n + 1)
         f = max(1.0, self.dp / n)       # fewer requests than attention ranks: one on each
-        compute = (n * (self.s_per_token + self.s_per_sample) * f
-                   + (self._routed_compute(n) if self.moe else 0.0)
+        # the helpers serve arrays too (untyped): their scalars are declared so that the sums
+        # stay native when compiled
+        routed: float = self._routed_compute(n) if self.moe else 0.0
+        compute = (n * (self.s_per_token + self.s_per_sample) * f + routed
                    + attended * self.s_per_decode_pair * f + context * self.s_per_index_pair * f,
                    growth * self.s_per_decode_pair * f + n * self.s_per_index_pair * f)
-        weights = self.weights_read_s(n) if self.moe else self.shared_s
+        weights: float = self.weights_read_s(n) if self.moe else self.shared_s
         memory = (weights + attended * self.s_per_kv_token * f + context * self.s_per_index_kv * f
                   + n * self.s_per_request * f,
                   growth * self.s_per_kv_token * f + n * self.s_per_index_kv * f)
-        per_rank = self._scheduled(n, max, min)
+        per_rank: float = self._scheduled(n, max, min)
         cpu = 0.0 if self.overlap else per_rank * self.cpu_per_request
         eager = per_rank > self.graph_max_batch
         eager_moe = self._eager_moe(n) if eager and self.eager_experts_s else self.eager_moe_s
