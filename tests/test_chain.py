@@ -5,7 +5,7 @@ import pickle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pddsim.engine.chain import Chain
+from pddsim.engine.chain import Chain, id_at
 from pddsim.engine.prefix_cache import PrefixCache
 
 # a chain grown turn by turn: keep a prefix of the last one (or of the first), add fresh ids
@@ -37,6 +37,11 @@ def test_a_chain_reads_as_the_tuple_of_its_ids(first, steps_, data):
         assert hash(chain) == hash(ids) and repr(chain) == repr(ids)
         for i in range(-len(ids), len(ids)):
             assert chain[i] == ids[i]
+        # in any order too (a chain remembers the run it read last), and through `id_at`
+        order = data.draw(st.permutations(range(len(ids))))
+        assert [chain[i] for i in order] == [ids[i] for i in order]
+        assert [id_at(c, i) for c in (chain, ids, list(ids)) for i in order] == \
+            [ids[i] for i in order] * 3
         for i in (len(ids), -len(ids) - 1):
             try:
                 chain[i]

@@ -29,6 +29,16 @@ class BlockIds(Protocol):
     def __iter__(self) -> Iterator[int]: ...
 
 
+def id_at(chain: BlockIds, i: int) -> int:
+    """`chain[i]`, read natively when compiled (indexing a `BlockIds` goes through Python's
+    protocol): a `Chain`'s id through its runs, a tuple's by indexing."""
+    if isinstance(chain, Chain):
+        return chain.at(i)
+    if isinstance(chain, tuple):
+        return chain[i]                 # native indexing
+    return chain[i]                     # any other sequence
+
+
 def parting(chain: BlockIds, shift: int, hash_ids: BlockIds, lo: int, hi: int) -> int:
     """The first position p in lo .. hi - 1 where `hash_ids[p]` differs from `chain[p + shift]`
     (hi if none), the two agreeing before lo: once two chains differ they differ on (a block id
@@ -46,13 +56,16 @@ def parting(chain: BlockIds, shift: int, hash_ids: BlockIds, lo: int, hi: int) -
 
 class Chain:
     """The ids `starts[r]`, `starts[r] + 1`, ... of run r, which ends at position `ends[r]`
-    (`ends` rising, the last one the chain's length)."""
+    (`ends` rising, the last one the chain's length). `_last` and `_last_begin` remember the run
+    read last and where it begins: the prefix cache reads a chain forward, mostly within a run."""
 
-    __slots__ = ("starts", "ends")
+    __slots__ = ("starts", "ends", "_last", "_last_begin")
 
     def __init__(self, starts: tuple[int, ...], ends: tuple[int, ...]):
         self.starts = starts
         self.ends = ends
+        self._last = 0
+        self._last_begin = 0
 
     @staticmethod
     def run(first: int, count: int) -> Chain:
@@ -96,15 +109,19 @@ class Chain:
         return self.starts[r] + i - begin
 
     def _run(self, i: int) -> tuple[int, int]:
-        """The run holding position i and the position it begins at. A scan of the runs: a
-        chain has a few, and a scan costs less than a call."""
-        begin = 0
+        """The run holding position i and the position it begins at. A scan of the runs from
+        the one read last (from the first if i lies before it): a chain has a few, and a scan
+        costs less than a call."""
+        r, begin = self._last, self._last_begin
+        if i < begin:
+            r, begin = 0, 0
         if i >= 0:
             ends = self.ends
-            for r in range(len(ends)):
-                end = ends[r]
+            for run in range(r, len(ends)):
+                end = ends[run]
                 if i < end:
-                    return r, begin
+                    self._last, self._last_begin = run, begin
+                    return run, begin
                 begin = end
         raise IndexError("chain index out of range")
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Sequence
 
-from pddsim.engine.chain import BlockIds, Chain, parting
+from pddsim.engine.chain import BlockIds, Chain, id_at, parting
 from pddsim.intmath import ceil_div
 
 BlocksHook = Callable[[Sequence[int]], None]
@@ -82,12 +82,12 @@ class PrefixCache:
         """Number of leading blocks of the chain that are resident (no side effects)."""
         heads, depth, n = self._heads, 0, len(hash_ids)
         while depth < n:
-            node = heads.get(hash_ids[depth])
+            node = heads.get(id_at(hash_ids, depth))
             if node is None:
                 return depth
             chain, shift = node.chain, node.lo - depth
             end = depth + node.hi - node.lo
-            if end <= n and chain[node.hi - 1] == hash_ids[end - 1]:
+            if end <= n and id_at(chain, node.hi - 1) == id_at(hash_ids, end - 1):
                 depth = end                     # the whole node: on to its child
                 continue
             # the chain leaves the tree in this node
@@ -136,7 +136,7 @@ class PrefixCache:
             chain = hash_ids if isinstance(hash_ids, (tuple, Chain)) else tuple(hash_ids)
             new = _Node(chain, have, len(chain), block_tokens, 0, parent)
             path.append(new)
-            self._heads[chain[have]] = new
+            self._heads[id_at(chain, have)] = new
             self._lru[new] = None
             self.used_tokens += new.tokens()
         self._refresh(path)
@@ -176,7 +176,7 @@ class PrefixCache:
         `start`), root side first; the last one is split if the run ends inside it."""
         heads, path, depth = self._heads, [], start
         while depth < n_blocks:
-            node = heads[hash_ids[depth]]
+            node = heads[id_at(hash_ids, depth)]
             depth += node.hi - node.lo
             if depth > n_blocks:
                 node = self._split(node, node.hi - node.lo - (depth - n_blocks))
@@ -190,8 +190,8 @@ class PrefixCache:
         upper = _Node(node.chain, node.lo, node.lo + k, node.block_tokens, node.pins, node.parent, 1)
         node.parent = upper
         node.lo += k
-        self._heads[node.chain[upper.lo]] = upper
-        self._heads[node.chain[node.lo]] = node
+        self._heads[id_at(node.chain, upper.lo)] = upper
+        self._heads[id_at(node.chain, node.lo)] = node
         if upper.pins == 0:
             self._lru[upper] = None
         return upper
@@ -213,9 +213,9 @@ class PrefixCache:
         if below is None or node.children != 1 or below.block_tokens != node.block_tokens:
             return node
         heads = self._heads
-        del heads[below.chain[below.lo]]
+        del heads[id_at(below.chain, below.lo)]
         below.lo = node.lo                      # its chain passes through `node`'s blocks too
-        heads[below.chain[below.lo]] = below
+        heads[id_at(below.chain, below.lo)] = below
         below.parent = node.parent
         del self._lru[node]
         return below
@@ -227,7 +227,7 @@ class PrefixCache:
             self.on_removed(node.chain[node.hi - k:node.hi])
         node.hi -= k
         if node.hi == node.lo:
-            del self._heads[node.chain[node.lo]]
+            del self._heads[id_at(node.chain, node.lo)]
             self._lru.popitem(last=False)
             parent = node.parent
             assert parent is not None          # the root is never dropped
