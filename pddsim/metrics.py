@@ -42,9 +42,6 @@ class Recorder:
         self._pipelines: dict[str, int] = {}
         self._failures: dict[str, int] = {"": 0}
 
-    def __len__(self) -> int:
-        return len(self.pipeline)
-
     def record(self, req: Request) -> None:
         first, end, arrival = req.first_token_s, req.finish_s, req.arrival_s
         assert end is not None, "recorded before it ended"
