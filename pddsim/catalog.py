@@ -233,6 +233,9 @@ class EngineProfile(Strict, frozen=True):
     attn_prefill: float = Field(gt=0, le=1, description="share of the 16-bit peak of prefill attention")
     attn_decode: float = Field(gt=0, le=1, description="share of the 16-bit peak of decode attention")
     memory: float = Field(gt=0, le=1, description="share of the HBM bandwidth reading weights and KV")
+    expert_memory: float | None = Field(
+        None, gt=0, le=1, description="MoE: share of the HBM bandwidth reached reading the routed "
+        "experts' weights (their grouped GEMMs stream whole expert matrices; null: memory)")
     grouped_gemm: float = Field(
         1.0, gt=0, le=1, description="MoE: share of the linear layers' efficiency the routed "
         "experts' grouped GEMMs reach when every expert gets many tokens")
@@ -265,6 +268,10 @@ class EngineProfile(Strict, frozen=True):
     host_layer_us: HostLaunchUs = Field(
         0.0, description="host time to launch one layer's kernels, us, in iterations launched "
         "eagerly: their GPU work cannot take less than layers x this. One figure, or one per GPU")
+    moe_layer_us: float = Field(
+        0.0, ge=0, description="MoE: GPU time of each MoE layer that does not shrink with the "
+        "batch, in every iteration, us (the router's top-k, token permutation and un-permutation, "
+        "the grouped GEMMs' tile scheduling: a chain of small dependent kernels, captured or not)")
     eager_moe_layer_us: float = Field(
         0.0, ge=0, description="MoE: fixed time of each MoE layer in an iteration launched eagerly "
         "(routing, token permutation, grouped-GEMM setup and their launches), us; captured decode "

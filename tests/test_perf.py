@@ -594,6 +594,36 @@ def test_a_fused_moe_kernel_pays_no_per_expert_cost():
         assert extra == pytest.approx(256 * 58 * 10e-6 if pays else 0.0, abs=1e-12)
 
 
+def test_each_moe_layer_takes_a_fixed_time_in_every_iteration_unless_fused():
+    """moe_layer_us: a time per MoE layer whatever the batch, captured decode included; a dense
+    model and experts run in a fused kernel that routes inside it pay none."""
+    engine = IDEAL.model_copy(update={"moe_layer_us": 20, "fused_moe": ("mxfp4",), "graph_max_batch": 64})
+    for experts, pays in (("fp8", True), ("mxfp4", False)):
+        dsv3 = bare("deepseek-v3").served(experts=experts)
+        p, plain = Roofline(dsv3, B200, 8, engine), Roofline(dsv3, B200, 8, IDEAL)
+        want = 58 * 20e-6 if pays else 0.0
+        for tokens in (1, 32, 4096):
+            extra = p.iteration(tokens, tokens * 100, 0) - plain.iteration(tokens, tokens * 100, 0)
+            assert extra == pytest.approx(want, abs=1e-12)
+        run = p.decode_run(16, 16 * 100, 3).total_s - plain.decode_run(16, 16 * 100, 3).total_s
+        assert run == pytest.approx(3 * want, abs=1e-12)
+    dense, bare_dense = Roofline(LLAMA, H100, 8, engine), Roofline(LLAMA, H100, 8, IDEAL)
+    assert dense.iteration(1024, 1024 * 512, 0) == bare_dense.iteration(1024, 1024 * 512, 0)
+
+
+def test_expert_memory_speeds_only_the_routed_experts_reads():
+    """expert_memory is the bandwidth share of the routed experts' reads alone: the non-expert
+    weights and the KV keep `memory`, and a dense model does not move."""
+    slow = IDEAL.model_copy(update={"memory": 0.5})
+    fast = slow.model_copy(update={"expert_memory": 1.0})
+    dsv3 = bare("deepseek-v3")
+    a, b = Roofline(dsv3, H100, 8, slow), Roofline(dsv3, H100, 8, fast)
+    assert b.shared_s == a.shared_s and b.s_per_kv_token == a.s_per_kv_token
+    assert b.routed_s == pytest.approx(a.routed_s / 2)
+    assert Roofline(LLAMA, H100, 8, fast).iteration(1, 1000, 1000, 1000) == \
+        Roofline(LLAMA, H100, 8, slow).iteration(1, 1000, 1000, 1000)
+
+
 def test_mxfp4_weights_are_read_at_their_own_size_and_multiplied_in_fp4():
     """MXFP4 stores 4.25 bits a weight (one 8-bit scale per 32) where NVFP4 stores 4.5; both
     multiply on FP4 units where a chip has them, at 16 bits where it has none."""

@@ -54,6 +54,17 @@ def test_a_row_becomes_its_deployment_and_benchmark(tmp_path):
         ("prefill", 1, 8), ("decode", 1, 8)]
 
 
+def test_an_fp4_label_on_an_mxfp4_release_is_that_release(tmp_path):
+    """gpt-oss is published only with MXFP4 experts and 16-bit other weights: a row labelling it
+    NVFP4 is served as that checkpoint (its FP8 KV kept); another model's FP4 label stands."""
+    rows = read_rows(write(tmp_path, agg("openai/gpt-oss-120b", "b200_sxm", quant="nvfp4", tp=1),
+                           agg("deepseek-ai/DeepSeek-R1", "b200_sxm", "sglang", quant="nvfp4", moe_tp=8)))
+    oss, dsr1 = (scenario(rows.iloc[i].to_dict()) for i in (0, 1))
+    assert (oss.quant.weights, oss.quant.experts, oss.quant.kv) == (None, None, "fp8")
+    assert oss.served_model().routed_dtype == "mxfp4"
+    assert (dsr1.quant.weights, dsr1.quant.experts) == ("fp4", "fp4")
+
+
 def test_mla_past_one_node_is_read_as_attention_data_parallel(tmp_path):
     rows = read_rows(write(tmp_path, agg("deepseek-ai/DeepSeek-R1", "gb200", "sglang", conc=512,
                                          tp=72, moe_tp=72)))

@@ -121,7 +121,8 @@ class Roofline:
                               + 2 * model.state_bytes / gpus) / bytes_per_s
         lookup = 0.0 if model.tied_embeddings else model.head_params * DTYPE_BYTES[model.weight_dtype]
         self.shared_s = (model.shared_weight_bytes - lookup) / tp / bytes_per_s
-        self.routed_s = model.routed_params * DTYPE_BYTES[model.routed_dtype] / gpus / bytes_per_s
+        expert_bytes_per_s = gpu.hbm_tbps * 1e12 * (engine.expert_memory or engine.memory)
+        self.routed_s = model.routed_params * DTYPE_BYTES[model.routed_dtype] / gpus / expert_bytes_per_s
         self.pick_share = model.routed_pick_share
         # two all-reduces per layer within a rank (GpuSpec.allreduce_s_per_byte: a ring inside the
         # NVLink domain, hierarchical past it), in 2(n-1) latency-bound steps
@@ -139,7 +140,11 @@ class Roofline:
         # the engine's CPU work per iteration: added to the GPU's, or (overlapped) bounding it
         self.cpu_s, self.cpu_per_request = engine.overhead_ms / 1e3, engine.seq_us / 1e6
         self.overlap = engine.overlap
-        self.fixed_s = comm_fixed + (0.0 if self.overlap else self.cpu_s)
+        # each MoE layer's chain of small routing kernels (top-k, permutation, un-permutation)
+        # takes a time of its own whatever the batch, unless one fused kernel routes inside it
+        fused = model.routed_dtype in engine.fused_moe
+        moe_fixed = 0.0 if fused else engine.moe_layer_us / 1e6 * model.moe_layers
+        self.fixed_s = comm_fixed + moe_fixed + (0.0 if self.overlap else self.cpu_s)
         # An eager engine's host launches every kernel of a layer one by one while the GPU runs
         # them asynchronously: the slower of the two paces each layer, and the layers are alike,
         # so the GPU work (collectives included) cannot take less than layers x the host's launch
@@ -151,7 +156,7 @@ class Roofline:
         # and each routed expert it touches pays the engine's per-expert bookkeeping, on every
         # rank whatever its share of the experts (each rank routes over all of them), unless the
         # engine runs experts of that dtype in a fused kernel that routes inside it
-        per_expert_us = 0.0 if model.routed_dtype in engine.fused_moe else engine.eager_expert_us
+        per_expert_us = 0.0 if fused else engine.eager_expert_us
         self.eager_experts_s = per_expert_us / 1e6 * model.experts * model.moe_layers
         self.graph_max_batch = engine.graph_max_batch
         self.stream_s = engine.stream_us / 1e6
