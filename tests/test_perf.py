@@ -517,12 +517,23 @@ def test_served_dtypes_set_the_bytes():
 
 
 def test_expert_parallelism_waits_for_its_busiest_group():
-    """Tokens pick experts at random: the busiest of ep groups gets ~ sqrt(2 ln ep) standard
-    deviations more than its share of the T x k picks, a pace that fades as batches grow."""
+    """Tokens pick experts at random: the busiest of ep groups gets more than its share of the
+    T x k picks, a pace that fades as batches grow. Held to the picks drawn at random (each
+    token k distinct experts of the model's, the groups holding consecutive experts): within 5%
+    at 2-8 groups and 4-64 tokens (the draws' small counts are skewed, their maximum a little
+    higher), where sqrt(2 ln ep) standard deviations (the expected maximum's limit) overstated
+    it by 6-16% (EP4 at 4 tokens: 1.59 for 1.37 drawn)."""
     dsv3 = bare("deepseek-v3")
-    p = Roofline(dsv3, H100, 8, IDEAL, ep=8)
     assert Roofline(dsv3, H100, 8, IDEAL).imbalance(64) == 1.0
-    assert p.imbalance(64) == pytest.approx(1 + np.sqrt(2 * np.log(8) * 8 / (64 * 8)))
+    rng = np.random.default_rng(0)
+    for ep, tokens in ((8, 64), (4, 4), (2, 16), (8, 8)):
+        p = Roofline(dsv3, H100, 8, IDEAL, ep=ep)
+        per_group = [dsv3.experts // ep] * ep
+        picks = rng.multivariate_hypergeometric(per_group, dsv3.experts_per_token,
+                                                size=(4000, tokens)).sum(axis=1)
+        drawn = picks.max(axis=1).mean() / (tokens * dsv3.experts_per_token / ep)
+        assert p.imbalance(tokens) == pytest.approx(drawn, rel=0.05), (ep, tokens)
+    p = Roofline(dsv3, H100, 8, IDEAL, ep=8)
     assert p.imbalance(1) <= 8 and p.imbalance(65536) < 1.02
     routed = p.s_per_routed_token
     assert p._routed_compute(64) == pytest.approx(64 * routed * p.imbalance(64))

@@ -72,6 +72,26 @@ def test_mla_past_one_node_is_read_as_attention_data_parallel(tmp_path):
     assert (group.tp, group.dp, group.ep, group.max_batch) == (1, 72, 72, 512)
 
 
+def test_a_worker_written_as_ep_by_ep_gpus_is_the_ep_gpus_it_was(tmp_path):
+    """One export of the source writes an expert-parallel worker of ep GPUs as ep x ep (its
+    attention size multiplied by ep, MoE tensor parallelism ep, the per-rank batch divided by
+    ep); the same measurements in the other export are laid out over ep GPUs. Both read alike.
+    A row with a blank attention_dp_size (MoE TP x EP over the worker's GPUs, as the older
+    TensorRT-LLM rows are written) stands as written."""
+    r1 = "deepseek-ai/DeepSeek-R1"
+    rows = read_rows(write(
+        tmp_path, agg(r1, "b200_sxm", "sglang", tp=16, moe_tp=4, moe_ep=4),
+        agg(r1, "b200_sxm", "sglang", tp=4, moe_tp=1, moe_ep=4),
+        agg(r1, "b200_sxm", "trtllm", conc=64, tp=1, adp=64, moe_tp=8, moe_ep=8, batch=1),
+        agg(r1, "b200_sxm", "trtllm", conc=64, tp=1, adp=8, moe_tp=1, moe_ep=8, batch=8),
+        agg("Qwen/Qwen3-235B-A22B-FP8", "h100_sxm", "trtllm", tp=4, adp="", moe_tp=2, moe_ep=2)))
+    groups = [scenario(r).clusters["a"].instances[0] for r in rows.to_dict("records")]
+    got = [(g.tp, g.dp, g.ep, g.max_batch) for g in groups]
+    assert got[0] == got[1] == (4, 1, 4, 4)
+    assert got[2] == got[3] == (1, 8, 8, 64)
+    assert got[4] == (4, 1, 2, 4)
+
+
 def test_a_per_rank_batch_cap_without_a_dp_size_is_read_as_attention_data_parallel(tmp_path):
     """TensorRT-LLM's attention DP recorded with a blank attention_dp_size: a cap of 10 per rank
     on 8 GPUs for 80 clients is 8 ranks of 10, not one rank queueing 70 clients; with the DP

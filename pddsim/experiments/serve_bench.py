@@ -115,16 +115,29 @@ def _layout(row: dict, prefix: str, model: catalog.ModelSpec, clients: int = 0) 
     no attention DP) is read as attention data parallelism over those GPUs with the experts
     spread over all of them (wide EP), its batch cap the worker's: tensor-parallel MLA would
     replicate the latent KV on every GPU, and the source's batch sizes equal its concurrency
-    there."""
+    there.
+
+    A worker recorded as ep x ep GPUs with its experts in ep groups of MoE tensor parallelism ep
+    (attention_dp_size given, moe_tp_size = moe_ep_size = ep > 1, tp_size x attention_dp_size =
+    ep^2) is read as the expert-parallel worker of ep GPUs it was: one export of the source
+    multiplies the attention size (and divides the per-rank batch) by ep, as the 55 of its
+    measurements that the source also holds from another export, laid out over ep GPUs (the
+    engines' `--tp ep --ep ep`), show."""
     get = {k: _number(row, prefix + k) for k in LAYOUT}
     tp, dp = int(get["tp_size"] or 1), int(get["attention_dp_size"] or 1)
     ep = int(get["moe_ep_size"] or 1)
     moe_tp = int(get["moe_tp_size"] or 1)
     if (get["pp_size"] or 1) > 1:
         raise _Skip("pipeline parallelism is not modelled")
+    per_rank = int(get["batch_size"] or 0)
+    if get["attention_dp_size"] is not None and moe_tp == ep > 1 and tp * dp == ep * ep:
+        if dp > 1:
+            dp, per_rank = dp // ep, per_rank * ep
+        else:
+            tp //= ep
+        moe_tp = 1
     if model.experts and (get["moe_ep_size"] or get["moe_tp_size"]) and moe_tp * ep != tp * dp:
         raise _Skip("MoE layout does not cover the worker's GPUs (moe_tp x moe_ep != tp x dp)")
-    per_rank = int(get["batch_size"] or 0)
     if get["attention_dp_size"] is None and tp > 1 and clients == per_rank * tp != per_rank:
         tp, dp = 1, tp
     batch = per_rank * dp
