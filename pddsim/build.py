@@ -21,7 +21,7 @@ COMPILED = (
     "pddsim.system.deployment", "pddsim.system.faults", "pddsim.system.handoff", "pddsim.system.paths",
     "pddsim.system.pdd", "pddsim.system.pipelines", "pddsim.system.routers", "pddsim.system.routes",
     "pddsim.system.scaling",
-    "pddsim.metrics", "pddsim.workload.replay", "pddsim.sim",
+    "pddsim.intmath", "pddsim.metrics", "pddsim.workload.replay", "pddsim.sim",
 )
 
 

@@ -31,6 +31,11 @@ def now(env: simpy.Environment) -> float:
     return env._now
 
 
+def value(event: Event) -> Any:
+    """`event.value` of a processed event (SimPy's property is an interpreted call)."""
+    return event._value
+
+
 def _schedule(env: simpy.Environment, event: Event, priority: int, at: SimTime) -> None:
     _PUSH(env._queue, (at, priority, _NEXT(env._eid), event))
 

@@ -169,7 +169,7 @@ class Link:
             clock.timeout(self.env, delay, self._gen).callbacks.append(self._on_timer)
 
     def _on_timer(self, timer) -> None:
-        if timer.value != self._gen:         # a later change rescheduled the next end
+        if clock.value(timer) != self._gen:         # a later change rescheduled the next end
             return
         self._advance()
         heap = self._heap
@@ -406,7 +406,7 @@ class Fabric:
             clock.timeout(self.env, max(delay, 0.0), self._gen).callbacks.append(self._on_timer)
 
     def _on_timer(self, timer) -> None:
-        if timer.value != self._gen:         # a later change rescheduled the next end
+        if clock.value(timer) != self._gen:         # a later change rescheduled the next end
             return
         self._advance()
         finished, active = [], []
@@ -454,7 +454,7 @@ def deliver_later(env, latency_s: float, flow: Flow) -> None:
 
 def _arrived(delivery) -> None:
     """A delivery's timeout (its value the flow) fired: the flow's bytes have all arrived."""
-    delivery.value.on_delivered()
+    clock.value(delivery).on_delivered()
 
 
 SHOCKS_PER_DRAW = 256
