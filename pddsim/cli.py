@@ -482,7 +482,7 @@ def cmd_bench_serve(args) -> int:
     overrides = engine_overrides(args.set or [])
     with _backend(args) as backend, _progress(len(rows), args.quiet) as bar:
         table = cases(rows, backend, args.engine, overrides, args.rounds,
-                      on_done=lambda _i, _r: bar.update(1))
+                      on_done=bar.update)
     if args.cases:
         table.to_csv(args.cases, index=False)
     summary = summarise(table)

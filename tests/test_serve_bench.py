@@ -123,6 +123,28 @@ def test_rows_that_cannot_be_represented_are_counted_by_reason(tmp_path):
         "disagg row without prefill and decode worker counts": 1}
 
 
+def test_rows_of_one_deployment_and_benchmark_are_replayed_once(tmp_path):
+    """The file repeats measurements: rows that differ only in what was measured (and in their
+    id and source) are replayed once and get that replay's prediction; any input that differs
+    (here the concurrency, the output length) is a replay of its own, and each row is compared
+    with its own measurement."""
+    path = write(tmp_path, agg(ttft=100.0), agg(ttft=200.0).replace("r,src;", "s,other;"),
+                 agg(conc=8), agg(osl=128), agg(pp=2), agg(pp=2))
+    replayed, stands_for = [], []
+
+    class Counting:
+        def map(self, fn, items, shared=None, on_done=None):
+            replayed.extend(items)
+            return Processes(1).map(fn, items, shared, on_done)
+    table = cases(read_rows(path), Counting(), on_done=stands_for.append)
+    assert len(replayed) == 4 and sorted(stands_for) == [1, 1, 2, 2]
+    first, repeat = table.iloc[0], table.iloc[1]
+    assert first["predicted_ttft_ms"] == repeat["predicted_ttft_ms"]
+    assert first["ttft_ratio"] == pytest.approx(2 * repeat["ttft_ratio"])
+    assert table.iloc[2]["predicted_tpot_ms"] != first["predicted_tpot_ms"]
+    assert list(table["skipped"].iloc[4:]) == ["pipeline parallelism is not modelled"] * 2
+
+
 def test_errors_and_ratios_are_computed_from_the_predictions(tmp_path):
     rows = read_rows(write(tmp_path, agg(ttft=100.0, tpot=10.0)))
     table = cases(rows, Processes(1))
@@ -245,3 +267,23 @@ def test_the_engine_fit_merges_repeats_and_moves_a_constant_the_way_the_rows_ask
     # the measured TTFTs are far above the engine's: the fit raises its front-end time
     fitted = float(done.stdout.split("  frontend_ms: ")[1].split()[0])
     assert fitted > 5 * catalog.engine("vllm").frontend_ms
+
+
+def test_the_median_objective_counts_every_model_and_a_lost_row_as_a_miss():
+    """benchmarks/fit_serve.py --objective median: the median errors over their targets, over
+    all rows and averaged over the models with 20 rows or more, so a fit cannot give up a model
+    for the others; a row the profile cannot represent counts as missed by 100%."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from fit_serve import median_objective
+
+    def table(b_ttft, b_skipped=0):
+        rows = ([("a", 10.0, 5.0, "")] * 25 + [("b", b_ttft, 10.0, "lost")] * b_skipped
+                + [("b", b_ttft, 10.0, "")] * (20 - b_skipped) + [("c", 90.0, 90.0, "")] * 3)
+        return pd.DataFrame(rows, columns=["model", "ttft_abs_err_pct", "tpot_abs_err_pct", "skipped"])
+    # overall: a's rows hold the median, 10/20 + 5/10; per model a 0.5 + 0.5, b X/20 + 10/10
+    # (c, 3 rows, is not averaged in)
+    assert median_objective(table(20.0)) == pytest.approx(1.0 + (1.0 + 2.0) / 2)
+    assert median_objective(table(60.0)) == pytest.approx(1.0 + (1.0 + 4.0) / 2)
+    # 15 of b's 20 rows lost: b's medians are 100% and 100%
+    assert median_objective(table(20.0, b_skipped=15)) == pytest.approx(1.0 + (1.0 + 15.0) / 2)

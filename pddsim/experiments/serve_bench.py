@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -153,11 +153,16 @@ class _Skip(Exception):
     """A row the simulator cannot represent, with the reason it is counted under."""
 
 
-def concurrency(row: dict) -> int:
+def _concurrency_text(row: dict) -> str:
     found = re.search(r"silicon_concurrency=(\d+)", str(row.get("silicon_data_source", "")))
+    return found.group(1) if found else ""
+
+
+def concurrency(row: dict) -> int:
+    found = _concurrency_text(row)
     if not found:
         raise _Skip("no silicon_concurrency in silicon_data_source")
-    return int(found.group(1))
+    return int(found)
 
 
 def scenario(row: dict, engine: str | None = None, overrides: dict | None = None,
@@ -255,21 +260,36 @@ def band(n: int) -> str:
 
 
 def cases(rows: pd.DataFrame, backend, engine: str | None = None, overrides: dict | None = None,
-          rounds: int = ROUNDS, on_done=None) -> pd.DataFrame:
-    """Every row with its prediction (or its skip reason) and errors."""
+          rounds: int = ROUNDS, on_done: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """Every row with its prediction (or its skip reason) and errors. Rows that describe the same
+    deployment and benchmark (the file repeats many measurements) are replayed once: a replay
+    reads nothing else of a row, so theirs would be the same. `on_done(n)`: a replay ended that
+    stands for n rows."""
     items = rows.to_dict("records")
-    results = backend.map(_case, items, (engine, overrides, rounds), on_done)
+    keys = [k for k in DEPLOYMENT if k in rows.columns]
+    first: dict[tuple, int] = {}          # a deployment and benchmark -> its replay
+    unique: list[dict] = []
+    slot = []
+    for item in items:
+        key = (*(str(item[k]) for k in keys), _concurrency_text(item))
+        if key not in first:
+            first[key] = len(unique)
+            unique.append(item)
+        slot.append(first[key])
+    stands_for = np.bincount(slot, minlength=len(unique))
+    done = None if on_done is None else (lambda u, _r: on_done(int(stands_for[u])))
+    results = backend.map(_case, unique, (engine, overrides, rounds), done)
     out = rows.copy()
-    extra = pd.DataFrame([r if isinstance(r, dict) else {"skipped": f"failed: {r.reason}"}
-                          for r in results], index=out.index)
+    extra = pd.DataFrame([results[u] if isinstance(results[u], dict)
+                          else {"skipped": f"failed: {results[u].reason}"} for u in slot],
+                         index=out.index)
     for column in ("predicted_ttft_ms", "predicted_tpot_ms", "skipped"):
         out[column] = extra[column] if column in extra else np.nan
     out["skipped"] = out["skipped"].fillna("")
     out["engine"] = engine or out["backend"]
     out["model"] = [MODELS.get(m, m) for m in out["model_path"]]
     out["gpu"] = [SYSTEMS.get(s, s) for s in out["system"]]
-    out["concurrency"] = [int(m.group(1)) if (m := re.search(r"silicon_concurrency=(\d+)", s)) else 0
-                          for s in out["silicon_data_source"]]
+    out["concurrency"] = [int(_concurrency_text(item) or 0) for item in items]
     out["band"] = [band(n) if n else "" for n in out["concurrency"]]
     for what in ("ttft", "tpot"):
         measured = pd.to_numeric(out[f"silicon_{what}_ms"], errors="coerce")
