@@ -270,8 +270,9 @@ def cases(rows: pd.DataFrame, backend, engine: str | None = None, overrides: dic
     first: dict[tuple, int] = {}          # a deployment and benchmark -> its replay
     unique: list[dict] = []
     slot = []
-    for item in items:
-        key = (*(str(item[k]) for k in keys), _concurrency_text(item))
+    clients = [_concurrency_text(item) for item in items]
+    for item, n in zip(items, clients):
+        key = (*(str(item[k]) for k in keys), n)
         if key not in first:
             first[key] = len(unique)
             unique.append(item)
@@ -289,7 +290,7 @@ def cases(rows: pd.DataFrame, backend, engine: str | None = None, overrides: dic
     out["engine"] = engine or out["backend"]
     out["model"] = [MODELS.get(m, m) for m in out["model_path"]]
     out["gpu"] = [SYSTEMS.get(s, s) for s in out["system"]]
-    out["concurrency"] = [int(_concurrency_text(item) or 0) for item in items]
+    out["concurrency"] = [int(n or 0) for n in clients]
     out["band"] = [band(n) if n else "" for n in out["concurrency"]]
     for what in ("ttft", "tpot"):
         measured = pd.to_numeric(out[f"silicon_{what}_ms"], errors="coerce")
