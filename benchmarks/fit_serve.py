@@ -129,14 +129,20 @@ def main() -> int:
     base = catalog.engine(args.engine)
     current = {k: getattr(base, k) for k in SPACE}
     names = args.only or list(SPACE)
+
+    def changes(values: dict) -> dict:
+        """What a trial changes of the engine's profile: each row is replayed under its own
+        profile (`serve_bench.profile`), and one named for a version keeps what it sets otherwise."""
+        return {k: v for k, v in values.items() if v != getattr(base, k)}
+
     with Processes(args.jobs) as backend:
         if args.objective == "median":       # the rows the starting profile represents
-            start = cases(rows, backend, args.engine, current, rounds=args.rounds)
+            start = cases(rows, backend, None, {}, rounds=args.rounds)
             rows = rows[(start["skipped"] == "").to_numpy()]
             print(f"  {len(rows)} of them represented", file=sys.stderr)
 
         def score(values: dict) -> float:
-            table = cases(rows, backend, args.engine, values, rounds=args.rounds)
+            table = cases(rows, backend, None, changes(values), rounds=args.rounds)
             if args.objective == "median":
                 return median_objective(table)
             return objective(table, args.tpot_weight, args.cap)[0]

@@ -22,8 +22,8 @@ EMPTY_DISAGG = "," * 14              # the 14 prefill_* and decode_* fields
 
 def agg(model="meta-llama/Llama-3.1-70B", system="h100_sxm", backend="vllm", conc=4, isl=512,
         osl=64, tp=8, pp=1, adp=1, moe_tp=1, moe_ep=1, ttft=100.0, tpot=10.0, quant="fp8",
-        batch=None):
-    return (f"r,src; silicon_concurrency={conc},{backend},1,{model},{system},{quant},agg,{isl},{osl},"
+        batch=None, version="1"):
+    return (f"r,src; silicon_concurrency={conc},{backend},{version},{model},{system},{quant},agg,{isl},{osl},"
             f"{quant},{quant},{conc if batch is None else batch},{tp},{pp},{adp},{moe_tp},{moe_ep},"
             f"{EMPTY_DISAGG}{ttft},{tpot}")
 
@@ -143,6 +143,24 @@ def test_rows_of_one_deployment_and_benchmark_are_replayed_once(tmp_path):
     assert first["ttft_ratio"] == pytest.approx(2 * repeat["ttft_ratio"])
     assert table.iloc[2]["predicted_tpot_ms"] != first["predicted_tpot_ms"]
     assert list(table["skipped"].iloc[4:]) == ["pipeline parallelism is not modelled"] * 2
+
+
+def test_a_row_is_replayed_under_the_profile_of_its_engine_version(tmp_path):
+    """TensorRT-LLM 1.0's rows behave as with chunked prefill on: they replay under `trtllm-1.0`
+    (trtllm's constants merged in, packed chunks); other versions, and a version no profile is
+    named for, under their backend's. Rows that differ only in such a version are two replays."""
+    prompts = {"conc": 8, "isl": 3000}          # more than a token budget at once: chunks matter
+    rows = read_rows(write(tmp_path, agg(backend="trtllm", version="1.0.0rc3", **prompts),
+                           agg(backend="trtllm", version="1.2.0rc6", **prompts),
+                           agg(version="1.0.0rc3")))
+    assert [scenario(r).perf.engine for r in rows.to_dict("records")] == ["trtllm-1.0", "trtllm", "vllm"]
+    base, version = catalog.engine("trtllm"), catalog.engine("trtllm-1.0")
+    assert {k for k in type(base).model_fields if getattr(base, k) != getattr(version, k)} == {
+        "name", "chunk_packing"}
+    assert (base.chunk_packing, version.chunk_packing) == ("whole", "packed")
+    table = cases(rows.iloc[:2], Processes(1))
+    assert list(table["engine"]) == ["trtllm-1.0", "trtllm"]
+    assert table.iloc[0]["predicted_ttft_ms"] != table.iloc[1]["predicted_ttft_ms"]
 
 
 def test_errors_and_ratios_are_computed_from_the_predictions(tmp_path):

@@ -165,18 +165,28 @@ def concurrency(row: dict) -> int:
     return int(found)
 
 
+def profile(row: dict) -> str:
+    """The engine profile a row is replayed under: the one named for its backend and version
+    (`trtllm-1.0` for TensorRT-LLM 1.0.x) where the catalog has one, else its backend's. A version's
+    benchmarks may have run the engine otherwise than the others (engines.yaml says how)."""
+    backend = str(row["backend"])
+    version = re.match(r"\d+\.\d+", str(row.get("backend_version", "")).strip())
+    named = f"{backend}-{version.group(0)}" if version else ""
+    return named if named in catalog.engines() else backend
+
+
 def scenario(row: dict, engine: str | None = None, overrides: dict | None = None,
              rounds: int = ROUNDS) -> Config:
     """The deployment and benchmark a measured row describes, under `engine` (default: the
-    engine named like the row's backend) with `overrides` of its constants. Raises _Skip for a
-    row the catalogs or the layout rules cannot represent."""
+    row's own, `profile`) with `overrides` of its constants. Raises _Skip for a row the catalogs
+    or the layout rules cannot represent."""
     model = MODELS.get(str(row["model_path"]))
     if model is None or model not in catalog.models():
         raise _Skip(f"model not in the catalog: {row['model_path']}")
     gpu = SYSTEMS.get(str(row["system"]))
     if gpu is None or gpu not in catalog.gpus():
         raise _Skip(f"GPU not in the catalog: {row['system']}")
-    engine = engine or str(row["backend"])
+    engine = engine or profile(row)
     if engine not in catalog.engines():
         raise _Skip(f"no engine profile for backend {row['backend']}")
     try:
@@ -262,17 +272,18 @@ def band(n: int) -> str:
 def cases(rows: pd.DataFrame, backend, engine: str | None = None, overrides: dict | None = None,
           rounds: int = ROUNDS, on_done: Callable[[int], None] | None = None) -> pd.DataFrame:
     """Every row with its prediction (or its skip reason) and errors. Rows that describe the same
-    deployment and benchmark (the file repeats many measurements) are replayed once: a replay
-    reads nothing else of a row, so theirs would be the same. `on_done(n)`: a replay ended that
-    stands for n rows."""
+    deployment and benchmark under the same engine profile (the file repeats many measurements)
+    are replayed once: a replay reads nothing else of a row, so theirs would be the same.
+    `on_done(n)`: a replay ended that stands for n rows."""
     items = rows.to_dict("records")
     keys = [k for k in DEPLOYMENT if k in rows.columns]
     first: dict[tuple, int] = {}          # a deployment and benchmark -> its replay
     unique: list[dict] = []
     slot = []
     clients = [_concurrency_text(item) for item in items]
-    for item, n in zip(items, clients):
-        key = (*(str(item[k]) for k in keys), n)
+    engines = [engine or profile(item) for item in items]
+    for item, n, name in zip(items, clients, engines):
+        key = (*(str(item[k]) for k in keys), n, name)
         if key not in first:
             first[key] = len(unique)
             unique.append(item)
@@ -287,7 +298,7 @@ def cases(rows: pd.DataFrame, backend, engine: str | None = None, overrides: dic
     for column in ("predicted_ttft_ms", "predicted_tpot_ms", "skipped"):
         out[column] = extra[column] if column in extra else np.nan
     out["skipped"] = out["skipped"].fillna("")
-    out["engine"] = engine or out["backend"]
+    out["engine"] = engines
     out["model"] = [MODELS.get(m, m) for m in out["model_path"]]
     out["gpu"] = [SYSTEMS.get(s, s) for s in out["system"]]
     out["concurrency"] = [int(n or 0) for n in clients]
