@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pddsim import catalog  # noqa: E402
 from pddsim.experiments.backends import Processes  # noqa: E402
-from pddsim.experiments.serve_bench import DEPLOYMENT, cases, read_rows  # noqa: E402
+from pddsim.experiments.serve_bench import DEPLOYMENT, cases, profile, read_rows  # noqa: E402
 
 # constant: (low, high) for continuous ones, a tuple of choices for the others
 SPACE = {
@@ -58,14 +58,16 @@ SPACE = {
 
 
 def deployments(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per deployment, its measurements the median of its repeats."""
+    """One row per deployment and engine profile it is replayed under, its measurements the
+    median of its repeats."""
     df = rows.copy()
     df["concurrency"] = df["silicon_data_source"].str.extract(r"silicon_concurrency=(\d+)")[0]
-    keys = [k for k in DEPLOYMENT if k in df.columns]
+    df["profile"] = [profile(row) for row in df.to_dict("records")]
+    keys = [k for k in DEPLOYMENT if k in df.columns] + ["profile"]
     for what in ("silicon_ttft_ms", "silicon_tpot_ms"):
         df[what] = pd.to_numeric(df[what], errors="coerce")
         df[what] = df.groupby([df[k].astype(str) for k in keys])[what].transform("median")
-    return df.drop_duplicates(subset=keys).drop(columns="concurrency")
+    return df.drop_duplicates(subset=keys).drop(columns=["concurrency", "profile"])
 
 
 def objective(table: pd.DataFrame, tpot_weight: float, cap: float) -> tuple[float, int]:

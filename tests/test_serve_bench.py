@@ -274,6 +274,11 @@ def test_the_engine_fit_merges_repeats_and_moves_a_constant_the_way_the_rows_ask
     path = write(tmp_path, agg(conc=4, ttft=100), agg(conc=4, ttft=300), agg(conc=8, ttft=900))
     merged = deployments(read_rows(path))
     assert sorted(pd.to_numeric(merged["silicon_ttft_ms"])) == [200.0, 900.0]
+    # the same deployment under two engine profiles (TensorRT-LLM 1.0 and 1.2) is two deployments
+    (tmp_path / "versions").mkdir()
+    versions = write(tmp_path / "versions", agg(backend="trtllm", version="1.0.0rc3", ttft=100),
+                     agg(backend="trtllm", version="1.2.0rc6", ttft=300))
+    assert sorted(pd.to_numeric(deployments(read_rows(versions))["silicon_ttft_ms"])) == [100.0, 300.0]
     done = subprocess.run([sys.executable, "benchmarks/fit_serve.py", "--against", str(path),
                            "--engine", "vllm", "--only", "frontend_ms", "--passes", "1", "--jobs", "1"],
                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
