@@ -236,6 +236,10 @@ class EngineProfile(Strict, frozen=True):
     expert_memory: float | None = Field(
         None, gt=0, le=1, description="MoE: share of the HBM bandwidth reached reading the routed "
         "experts' weights (their grouped GEMMs stream whole expert matrices; null: memory)")
+    fp4_read: float = Field(
+        1.0, gt=0, le=1, description="FP4 (NVFP4) weights are read at this fraction of the "
+        "engine's share of the HBM bandwidth for other dtypes (its decode kernels unpack and scale "
+        "every block as they stream it)")
     grouped_gemm: float = Field(
         1.0, gt=0, le=1, description="MoE: share of the linear layers' efficiency the routed "
         "experts' grouped GEMMs reach when every expert gets many tokens")

@@ -635,6 +635,23 @@ def test_expert_memory_speeds_only_the_routed_experts_reads():
         Roofline(LLAMA, H100, 8, slow).iteration(1, 1000, 1000, 1000)
 
 
+def test_fp4_read_slows_only_the_reads_of_fp4_weights():
+    """fp4_read scales the bandwidth of FP4 weights alone: an FP4 model's weight reads take
+    1/fp4_read as long, its KV reads do not move, and FP8 and MXFP4 weights are read as before
+    (the routed experts and the rest each by their own dtype)."""
+    plain = IDEAL.model_copy(update={"memory": 0.8})
+    slow = plain.model_copy(update={"fp4_read": 0.5})
+    fp4 = catalog.model("llama-3.1-70b").served(weights="fp4")
+    a, b = Roofline(fp4, B200, 4, plain), Roofline(fp4, B200, 4, slow)
+    assert b.shared_s == pytest.approx(2 * a.shared_s) and b.s_per_kv_token == a.s_per_kv_token
+    for dtype in ("fp8", "mxfp4"):
+        other = catalog.model("llama-3.1-70b").served(weights=dtype)
+        assert Roofline(other, B200, 4, slow).shared_s == Roofline(other, B200, 4, plain).shared_s
+    experts = bare("deepseek-v3").served(experts="fp4")      # FP8 non-expert weights, FP4 experts
+    c, d = Roofline(experts, B200, 8, plain), Roofline(experts, B200, 8, slow)
+    assert d.routed_s == pytest.approx(2 * c.routed_s) and d.shared_s == c.shared_s
+
+
 def test_mxfp4_weights_are_read_at_their_own_size_and_multiplied_in_fp4():
     """MXFP4 stores 4.25 bits a weight (one 8-bit scale per 32) where NVFP4 stores 4.5; both
     multiply on FP4 units where a chip has them, at 16 bits where it has none."""

@@ -136,8 +136,11 @@ class Roofline:
         self.s_per_request = (model.window_tokens * model.window_kv_bytes_per_token / kv_split
                               + 2 * model.state_bytes / gpus) / bytes_per_s
         lookup = 0.0 if model.tied_embeddings else model.head_params * DTYPE_BYTES[model.weight_dtype]
-        self.shared_s = (model.shared_weight_bytes - lookup) / tp / bytes_per_s
+        weights_per_s = bytes_per_s * (engine.fp4_read if model.weight_dtype == "fp4" else 1.0)
+        self.shared_s = (model.shared_weight_bytes - lookup) / tp / weights_per_s
         expert_bytes_per_s = gpu.hbm_tbps * 1e12 * (engine.expert_memory or engine.memory)
+        if model.routed_dtype == "fp4":
+            expert_bytes_per_s *= engine.fp4_read
         self.routed_s = model.routed_params * DTYPE_BYTES[model.routed_dtype] / gpus / expert_bytes_per_s
         self.pick_share = model.routed_pick_share
         # two all-reduces per layer within a rank (GpuSpec.allreduce_s_per_byte: a ring inside the
