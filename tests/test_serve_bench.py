@@ -224,6 +224,19 @@ def test_the_group_floor_is_what_one_factor_per_group_leaves():
     assert group_floor(scaled) == floor
 
 
+def test_the_deployment_floor_leaves_only_how_each_deployment_moves_with_load():
+    """One group, two deployments (prompt lengths) at two concurrencies each. TTFT levels 1x and
+    3x, flat in the clients: one factor per deployment leaves nothing, one per group 50%. TPOT
+    ratios 0.8x -> 1.2x and 1.6x -> 2.4x: each deployment 20% off its median whatever its level,
+    the group 28.6% off its."""
+    table = pd.DataFrame({"backend": "a", "model": "m", "gpu": "g", "band": "1-8",
+                          "isl": [1024, 1024, 2048, 2048], "concurrency": [1, 2, 1, 2],
+                          "ttft_ratio": [1.0, 1.0, 3.0, 3.0], "tpot_ratio": [0.8, 1.2, 1.6, 2.4]})
+    floor = group_floor(table)
+    assert (floor["ttft_deployment_floor_pct"], floor["ttft_group_floor_pct"]) == (0.0, 50.0)
+    assert (floor["tpot_deployment_floor_pct"], floor["tpot_group_floor_pct"]) == (20.0, 28.6)
+
+
 def test_bad_files_are_one_line(tmp_path, input_error, capsys):
     def fails(argv, *named):
         code = cli.main(["bench", "serve", "--jobs", "1", "--quiet", *argv])

@@ -370,19 +370,33 @@ def smoothness_floor(df: pd.DataFrame) -> dict:
 
 
 FLOOR_GROUPS = ("backend", "model", "gpu", "band")
+# one deployment as an engine version ran it, at every concurrency it was measured at
+DEPLOYMENT_SERIES = tuple(k for k in DEPLOYMENT if k != "concurrency" and not k.endswith("batch_size")
+                          ) + ("backend_version",)
+
+
+def _centred_mdape(ratio: pd.Series, by: list) -> float | None:
+    """The median absolute % error left once each group's ratios are divided by its median."""
+    if not len(ratio):
+        return None
+    centred = ratio / ratio.groupby(by, dropna=False).transform("median")
+    return round(float(100 * (centred - 1).abs().median()), 1)
 
 
 def group_floor(compared: pd.DataFrame) -> dict:
     """How far constants fitted per group could go: each row's predicted/measured ratio over its
     group's median ratio (backend, model, GPU, concurrency band), the median absolute % error of
     that. A fit giving every group the one factor that centres it would reach this and no
-    further; what is left lies inside the groups (layouts, lengths, engine versions)."""
+    further; what is left lies inside the groups (layouts, lengths, engine versions). The same
+    per deployment series (one layout, lengths and engine version at all its concurrencies):
+    what a model right about every deployment's level would still miss, in how each one's
+    figures move with the number of clients."""
+    series = [compared[k].astype(str) for k in DEPLOYMENT_SERIES if k in compared.columns]
     out: dict[str, Any] = {}
     for what in ("ttft", "tpot"):
         ratio = compared[f"{what}_ratio"]
-        centred = ratio / ratio.groupby([compared[k] for k in FLOOR_GROUPS]).transform("median")
-        out[f"{what}_group_floor_pct"] = (round(float(100 * (centred - 1).abs().median()), 1)
-                                          if len(compared) else None)
+        out[f"{what}_group_floor_pct"] = _centred_mdape(ratio, [compared[k] for k in FLOOR_GROUPS])
+        out[f"{what}_deployment_floor_pct"] = _centred_mdape(ratio, series or [pd.Series(0, ratio.index)])
     return out
 
 
@@ -425,6 +439,9 @@ def format_report(summary: dict) -> str:
         lines.append("each group (backend, model, GPU, band) centred on its median ratio, as one "
                      f"fitted factor a group would: TTFT {floor['ttft_group_floor_pct']}%, TPOT "
                      f"{floor['tpot_group_floor_pct']}% left")
+        lines.append("each deployment (layout, lengths, engine version; all its concurrencies) "
+                     f"centred likewise: TTFT {floor['ttft_deployment_floor_pct']}%, TPOT "
+                     f"{floor['tpot_deployment_floor_pct']}% left")
     for reason, count in summary["rows_skipped"].items():
         lines.append(f"  skipped {count}: {reason}")
     for group, parts in summary["groups"].items():
