@@ -396,7 +396,7 @@ def group_floor(compared: pd.DataFrame) -> dict:
     for what in ("ttft", "tpot"):
         ratio = compared[f"{what}_ratio"]
         out[f"{what}_group_floor_pct"] = _centred_mdape(ratio, [compared[k] for k in FLOOR_GROUPS])
-        out[f"{what}_deployment_floor_pct"] = _centred_mdape(ratio, series or [pd.Series(0, ratio.index)])
+        out[f"{what}_deployment_floor_pct"] = _centred_mdape(ratio, series)
     return out
 
 
