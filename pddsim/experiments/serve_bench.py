@@ -323,6 +323,10 @@ DEPLOYMENT = ("model_path", "system", "backend", "mode", "isl", "osl", "gemm_qua
     p + k for p in ("", "prefill_", "decode_") for k in LAYOUT)
 
 
+# one deployment at every concurrency it was measured at (the source's batch caps follow the clients)
+SERIES = tuple(k for k in DEPLOYMENT if k != "concurrency" and not k.endswith("batch_size"))
+
+
 def noise_floor(df: pd.DataFrame) -> dict:
     """How far repeated measurements of one deployment lie from their median: the median
     absolute % deviation over the rows of deployments measured more than once. A figure another
@@ -349,8 +353,7 @@ def smoothness_floor(df: pd.DataFrame) -> dict:
     the straight line in log-log through the concurrencies on either side of it; the median
     absolute % miss over those rows. It is the measurements' own scatter from one concurrency
     to the next, which no model smooth in the number of clients can follow."""
-    keys = [k for k in DEPLOYMENT if k in df.columns and k != "concurrency"
-            and not k.endswith("batch_size")]        # the source's batch caps follow the clients
+    keys = [k for k in SERIES if k in df.columns]
     out: dict[str, Any] = {}
     for what in ("ttft", "tpot"):
         table = pd.DataFrame({"series": df.groupby(keys, dropna=False).ngroup(),
@@ -370,9 +373,8 @@ def smoothness_floor(df: pd.DataFrame) -> dict:
 
 
 FLOOR_GROUPS = ("backend", "model", "gpu", "band")
-# one deployment as an engine version ran it, at every concurrency it was measured at
-DEPLOYMENT_SERIES = tuple(k for k in DEPLOYMENT if k != "concurrency" and not k.endswith("batch_size")
-                          ) + ("backend_version",)
+# a series as one engine version ran it
+VERSION_SERIES = SERIES + ("backend_version",)
 
 
 def _centred_mdape(ratio: pd.Series, by: list) -> float | None:
@@ -391,7 +393,7 @@ def group_floor(compared: pd.DataFrame) -> dict:
     per deployment series (one layout, lengths and engine version at all its concurrencies):
     what a model right about every deployment's level would still miss, in how each one's
     figures move with the number of clients."""
-    series = [compared[k].astype(str) for k in DEPLOYMENT_SERIES if k in compared.columns]
+    series = [compared[k].astype(str) for k in VERSION_SERIES if k in compared.columns]
     out: dict[str, Any] = {}
     for what in ("ttft", "tpot"):
         ratio = compared[f"{what}_ratio"]
