@@ -276,6 +276,12 @@ class EngineProfile(Strict, frozen=True):
         0.0, ge=0, description="MoE: GPU time of each MoE layer that does not shrink with the "
         "batch, in every iteration, us (the router's top-k, token permutation and un-permutation, "
         "the grouped GEMMs' tile scheduling: a chain of small dependent kernels, captured or not)")
+    index_layer_us: float = Field(
+        0.0, ge=0, description="sparse attention (an indexer choosing the tokens each query "
+        "attends to): GPU time of each layer's indexer chain that does not shrink with the batch, "
+        "in every iteration, us (its query and key projections, the key cache write, the "
+        "logits, the top-k and the sparse attention's gather: a chain of small dependent "
+        "kernels, captured or not)")
     eager_moe_layer_us: float = Field(
         0.0, ge=0, description="MoE: fixed time of each MoE layer in an iteration launched eagerly "
         "(routing, token permutation, grouped-GEMM setup and their launches), us; captured decode "

@@ -562,6 +562,23 @@ def test_sparse_attention_attends_at_most_its_cap_and_indexes_every_token():
     assert glm.served(kv="fp8").kv_bytes_per_token == pytest.approx(89_856 / 2 + 10_296)
 
 
+def test_sparse_attention_layers_pay_their_indexer_chain_in_every_iteration():
+    """index_layer_us: each layer of a model with an indexer pays it in every iteration,
+    prefill, decode and captured decode runs alike, whatever the batch; a model without an
+    indexer pays nothing."""
+    glm = catalog.model("glm-5")
+    engine = IDEAL.model_copy(update={"index_layer_us": 50, "graph_max_batch": 64})
+    p, plain = Roofline(glm, H100, 8, engine), Roofline(glm, H100, 8, IDEAL)
+    per_iteration = 78 * 50e-6
+    for args in ((4096, 4096 * 2048, 0), (1, 1, 4000, 1), (64, 64 * 4000, 64 * 4000, 64 * 4000)):
+        assert p.iteration(*args) - plain.iteration(*args) == pytest.approx(per_iteration)
+    assert p.decode_run(8, 8 * 100, 5).total_s - plain.decode_run(8, 8 * 100, 5).total_s == \
+        pytest.approx(5 * per_iteration)
+    dense, bare_dense = Roofline(LLAMA, H100, 8, engine), Roofline(LLAMA, H100, 8, IDEAL)
+    decode = (32, 32 * 100, 32 * 100, 32 * 100)
+    assert dense.iteration(*decode) == bare_dense.iteration(*decode)
+
+
 def test_eager_iterations_pay_each_moe_layers_fixed_cost():
     dsv3 = bare("deepseek-v3")
     engine = IDEAL.model_copy(update={"eager_moe_layer_us": 1000, "graph_max_batch": 64})

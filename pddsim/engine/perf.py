@@ -163,7 +163,9 @@ class Roofline:
         # takes a time of its own whatever the batch, unless one fused kernel routes inside it
         fused = model.routed_dtype in engine.fused_moe
         moe_fixed = 0.0 if fused else engine.moe_layer_us / 1e6 * model.moe_layers
-        self.fixed_s = comm_fixed + moe_fixed + (0.0 if self.overlap else self.cpu_s)
+        # likewise each sparse-attention layer's indexer chain
+        index_fixed = engine.index_layer_us / 1e6 * model.layers if model.index_attn_flops else 0.0
+        self.fixed_s = comm_fixed + moe_fixed + index_fixed + (0.0 if self.overlap else self.cpu_s)
         # An eager engine's host launches every kernel of a layer one by one while the GPU runs
         # them asynchronously: the slower of the two paces each layer, and the layers are alike,
         # so the GPU work (collectives included) cannot take less than layers x the host's launch
