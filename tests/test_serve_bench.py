@@ -156,7 +156,7 @@ def test_a_row_is_replayed_under_the_profile_of_its_engine_version(tmp_path):
     assert [scenario(r).perf.engine for r in rows.to_dict("records")] == ["trtllm-1.0", "trtllm", "vllm"]
     base, version = catalog.engine("trtllm"), catalog.engine("trtllm-1.0")
     assert {k for k in type(base).model_fields if getattr(base, k) != getattr(version, k)} == {
-        "name", "chunk_packing"}
+        "name", "chunk_packing", "attn_prefill"}
     assert (base.chunk_packing, version.chunk_packing) == ("whole", "packed")
     table = cases(rows.iloc[:2], Processes(1))
     assert list(table["engine"]) == ["trtllm-1.0", "trtllm"]
