@@ -393,7 +393,7 @@ def group_floor(compared: pd.DataFrame) -> dict:
     per deployment series (one layout, lengths and engine version at all its concurrencies):
     what a model right about every deployment's level would still miss, in how each one's
     figures move with the number of clients."""
-    series = [compared[k].astype(str) for k in VERSION_SERIES if k in compared.columns]
+    series = [compared[k] for k in VERSION_SERIES if k in compared.columns]
     out: dict[str, Any] = {}
     for what in ("ttft", "tpot"):
         ratio = compared[f"{what}_ratio"]
