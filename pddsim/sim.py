@@ -315,7 +315,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         req = in_flight[idx] = Request(idx, reqs[idx], now, FRONTEND, keep_log)
         serving_free_at = max(now, serving_free_at) + serial_s
         delay = serving_free_at - now + frontend_s + (jitter.exponential(jitter_s) if jitter_s else 0.0)
-        clock.timeout(env, delay).callbacks.append(lambda _e: dispatch(req))
+        clock.timeout(env, delay, then=lambda _e: dispatch(req))
 
     replay = Replay(env, workload, cfg.workload, np.random.default_rng([seed, 3]), issue)
     replay.start()

@@ -1,5 +1,6 @@
 """The engine's clock and timeouts (engine/clock.py) are SimPy's own, event for event: the same
-time, the same heap entries, the same order of processing."""
+time, the same heap entries, the same order of processing; a `Timer` is processed as SimPy's
+event would be, by SimPy's loop and by a process waiting on it."""
 import pytest
 import simpy
 from simpy.events import URGENT
@@ -8,8 +9,8 @@ from pddsim.engine import clock
 
 
 def _entries(env: simpy.Environment) -> list[tuple]:
-    """The queue's entries as SimPy orders them, events shown by type, value and delay."""
-    return [(t, type(t), prio, eid, type(ev), ev._value, ev._delay, ev.callbacks)
+    """The queue's entries as SimPy orders them, events shown by value, state and callbacks."""
+    return [(t, type(t), prio, eid, ev._value, ev._ok, ev.callbacks)
             for t, prio, eid, ev in sorted(env._queue, key=lambda e: e[:3])]
 
 
@@ -31,6 +32,30 @@ def test_timeouts_are_processed_with_simpys_at_their_times_and_in_their_order():
     env.run()
     assert seen == [(0.0, 4), (1.0, 1), (1.0, 2), (2.0, 3), (3.0, 0)]
     assert clock.now(env) == env.now == 3.0
+
+
+def test_a_process_waits_on_a_timer_as_on_simpys_timeout():
+    env = simpy.Environment()
+    seen = []
+
+    def waiter():
+        got = yield clock.timeout(env, 2.0, "late")
+        seen.append((env.now, got))
+        got = yield env.timeout(1.0, "simpy")
+        seen.append((env.now, got))
+
+    env.process(waiter())
+    env.run()
+    assert seen == [(2.0, "late"), (3.0, "simpy")]
+
+
+def test_a_timer_calls_its_callback_with_itself_once_processed():
+    env = simpy.Environment()
+    called = []
+    made = clock.timeout(env, 1.0, 5, then=called.append)
+    assert not made.processed and made.triggered
+    env.run()
+    assert called == [made] and made.processed and made.value == 5
 
 
 def test_a_negative_delay_is_refused_as_simpy_refuses_it():

@@ -4,6 +4,10 @@ scheduled can make no more progress, and has to end rather than tick on (a trans
 line that never comes back, say)."""
 from __future__ import annotations
 
+from typing import Callable
+
+from pddsim.engine import clock
+
 
 class Daemons:
     """The periodic processes of one environment, so each can tell when only they are left."""
@@ -13,12 +17,15 @@ class Daemons:
         self.sleeping = 0          # daemon timeouts scheduled and not yet processed
         self.stuck = None          # an event the run waits on, when it handles a stuck run itself
 
-    def sleep(self, delay: float):
-        """A daemon's timeout: it does not count as progress."""
+    def sleep(self, delay: float, then: Callable[[clock.Timer], None] | None = None) -> clock.Timer:
+        """A daemon's timeout, calling `then` when it fires: it does not count as progress."""
         self.sleeping += 1
-        timeout = self.env.timeout(delay)
-        timeout.callbacks.append(self._woke)
-        return timeout
+        timer = clock.timeout(self.env, delay, then=self._woke)
+        if then is not None:
+            callbacks = timer.callbacks
+            assert callbacks is not None, "a timer is processed after it is made"
+            callbacks.append(then)
+        return timer
 
     def _woke(self, _event) -> None:
         self.sleeping -= 1

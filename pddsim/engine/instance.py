@@ -160,7 +160,7 @@ class Instance:
         self.balance = balance
         self.most_tokens_per_iteration = 1 if multi_token is None else multi_token.k + 1
         self._empty()
-        self._pending: simpy.Event = clock.urgent(env, self._step)   # what the loop continues from
+        self._pending: clock.Timer = clock.urgent(env, self._step)   # what the loop continues from
 
     def _empty(self) -> None:
         """The engine's state of an instance serving nothing (at start, and after a restart)."""
@@ -186,8 +186,8 @@ class Instance:
         self.pending_prefill_tokens = 0
         self.inbound_tokens = 0               # prompts whose KV is on its way here (the pipeline's)
         self.waiting_tokens = 0
-        self._wake: simpy.Event | None = None
-        self._cut_event: simpy.Event | None = None   # a cut at a boundary that is now, pending
+        self._wake: clock.Timer | None = None
+        self._cut_event: clock.Timer | None = None   # a cut at a boundary that is now, pending
         self._promises: dict[Job, int] = {}   # `reserve`: each admitted request's whole length
         self._promised = 0                    # and their sum
         self._stall_s = 0.0                   # `prefill_first`: decoders paused since their last token
@@ -203,7 +203,7 @@ class Instance:
         jobs so far hold nothing here any more (`release`)."""
         self._life += 1
         for event in (self._pending, self._cut_event):
-            if event is not None and not event.processed:
+            if event is not None and event.callbacks is not None:     # not processed yet
                 event.callbacks.clear()
         for flow in self._loads.values():
             assert self.host_load is not None
@@ -384,12 +384,7 @@ class Instance:
                 seg.cuttable = False
                 self._cut()
 
-    def _wait(self, event: simpy.Event, then: Callable[[simpy.Event], None]) -> None:
-        """Continue with `then` once `event` is processed (a crash takes it back)."""
-        self._pending = event
-        event.callbacks.append(then)
-
-    def _step(self, _event: simpy.Event | None = None) -> None:
+    def _step(self, _event: clock.Timer | None = None) -> None:
         """At an iteration boundary: serve what waits for one, admit, and start the next segment
         (or wait for work)."""
         env = self.env
@@ -399,19 +394,18 @@ class Instance:
             if self.waiting:
                 self._admit()
             if not self.prefilling and not self._decoders:
-                self._wake = wake = clock.event(env)
-                self._changed()
-                self._wait(wake, self._step)  # `_poke` clears `_wake` as it triggers it
+                self._wake = self._pending = clock.event(env, self._step)   # what a crash takes back
+                self._changed()               # `_poke` clears `_wake` as it triggers it
                 return
             seg = self._plan()
             if seg is None:                   # out of memory: a decoder was preempted, re-plan
                 continue
             self._in_flight = seg
             self._changed()
-            self._wait(clock.timeout(env, seg.seconds), self._segment_done)
+            self._pending = clock.timeout(env, seg.seconds, then=self._segment_done)
             return
 
-    def _cut(self, urgent: simpy.Event | None = None) -> None:
+    def _cut(self, urgent: clock.Timer | None = None) -> None:
         """New work arrived during a decode run: it ends at the first boundary from now on. A
         boundary after now is rescheduled at once; one that is now ends the run from an urgent
         event at this instant (`urgent`), never inside the caller."""
@@ -425,15 +419,17 @@ class Instance:
             self._cut_event = clock.urgent(self.env, self._cut)
             return
         self._cut_event = None
-        self._pending.callbacks.remove(self._segment_done)
+        pending = self._pending.callbacks
+        assert pending is not None, "a run in flight waits on its end"
+        pending.remove(self._segment_done)
         seg.k, seg.seconds = k, elapsed
         if elapsed > done_s:
             self._changed()
-            self._wait(clock.timeout(self.env, elapsed - done_s), self._segment_done)
+            self._pending = clock.timeout(self.env, elapsed - done_s, then=self._segment_done)
         else:
             self._segment_done(urgent)
 
-    def _segment_done(self, _event: simpy.Event | None) -> None:
+    def _segment_done(self, _event: clock.Timer | None) -> None:
         seg = self._in_flight
         assert seg is not None
         self._in_flight = None

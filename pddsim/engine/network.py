@@ -16,7 +16,6 @@ from math import inf, nextafter
 from typing import Callable, Protocol
 
 import numpy as np
-import simpy
 
 from pddsim.engine import clock
 from pddsim.engine.daemons import Daemons
@@ -166,7 +165,7 @@ class Link:
         self._rate = rate
         delay = max(heap[0][0] - self._mark, 0.0) / rate if rate > 0 else inf
         if delay != inf:
-            clock.timeout(self.env, delay, self._gen).callbacks.append(self._on_timer)
+            clock.timeout(self.env, delay, self._gen, self._on_timer)
 
     def _on_timer(self, timer) -> None:
         if clock.value(timer) != self._gen:         # a later change rescheduled the next end
@@ -403,7 +402,7 @@ class Fabric:
             if f.rate > 0 and (f.size - f.sent) / f.rate < delay:
                 delay, self._due = (f.size - f.sent) / f.rate, f
         if delay != inf:
-            clock.timeout(self.env, max(delay, 0.0), self._gen).callbacks.append(self._on_timer)
+            clock.timeout(self.env, max(delay, 0.0), self._gen, self._on_timer)
 
     def _on_timer(self, timer) -> None:
         if clock.value(timer) != self._gen:         # a later change rescheduled the next end
@@ -441,7 +440,7 @@ def ends_now(now: float, remaining_s: float) -> bool:
 def deliver(env, latency_s: float, flow: Flow) -> None:
     """The flow's last byte left now: it arrives one-way latency later."""
     if latency_s > 0:
-        clock.timeout(env, latency_s, flow).callbacks.append(_arrived)
+        clock.timeout(env, latency_s, flow, _arrived)
     else:
         flow.on_delivered()
 
@@ -449,7 +448,7 @@ def deliver(env, latency_s: float, flow: Flow) -> None:
 def deliver_later(env, latency_s: float, flow: Flow) -> None:
     """A flow with nothing to send, started now: it arrives one-way latency later, from an event of
     its own even on a line without latency (never inside the `send` that started it)."""
-    clock.timeout(env, latency_s, flow).callbacks.append(_arrived)
+    clock.timeout(env, latency_s, flow, _arrived)
 
 
 def _arrived(delivery) -> None:
@@ -510,7 +509,7 @@ class Background:
         link.background = self
         clock.urgent(env, self._start)       # at time 0, urgent: as a process would start
 
-    def _start(self, _event: simpy.Event) -> None:
+    def _start(self, _event: clock.Timer) -> None:
         self._set()
         self.due = self.period_s
         self._sleep(self.period_s)
@@ -527,9 +526,9 @@ class Background:
 
     def _sleep(self, delay: float) -> None:
         self.ticking = True
-        self.daemons.sleep(delay).callbacks.append(self._tick)
+        self.daemons.sleep(delay, then=self._tick)
 
-    def _tick(self, _event: simpy.Event) -> None:
+    def _tick(self, _event: clock.Timer) -> None:
         self.ticking = False
         if not self.daemons.keep_going():
             self.stopped = True

@@ -67,7 +67,7 @@ class Pipeline:
             def timed_out(_e) -> None:
                 if not flow.done and req.finish_s is None:
                     self.transfer_stalled(req, flow)
-            clock.timeout(self.env, self.faults.cfg.transfer_timeout_s).callbacks.append(timed_out)
+            clock.timeout(self.env, self.faults.cfg.transfer_timeout_s, then=timed_out)
         return flow
 
     def dispatch(self, req: Request) -> None:

@@ -195,8 +195,8 @@ class Elastic:
     def _start_timer(self, inst: Instance) -> None:
         self._start_gen[inst] += 1
         gen = self._start_gen[inst]
-        clock.timeout(self.env, self.group_of[inst].group.startup_s).callbacks.append(
-            lambda _e: self._started(inst, gen))
+        clock.timeout(self.env, self.group_of[inst].group.startup_s,
+                      then=lambda _e: self._started(inst, gen))
 
     def _started(self, inst: Instance, gen: int) -> None:
         if self._start_gen[inst] != gen or self.state[inst] != STARTING:

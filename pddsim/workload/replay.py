@@ -17,7 +17,6 @@ from functools import partial
 from typing import Callable
 
 import numpy as np
-import simpy
 
 from pddsim.config import WorkloadConfig
 from pddsim.engine import clock
@@ -117,7 +116,7 @@ class Replay:
                     read += len(at)
                     i = 0
                 if at[i] > clock.now(env):
-                    clock.timeout(env, at[i] - clock.now(env)).callbacks.append(due)
+                    clock.timeout(env, at[i] - clock.now(env), then=due)
                     return
                 item = todo[i]
                 i += 1
@@ -125,7 +124,7 @@ class Replay:
             # all issued; `due` refers to itself, so it and what it holds would live until a
             # garbage collection
             at, todo, times, items = [], [], times[:0], items[:0]
-        clock.timeout(env, 0).callbacks.append(due)
+        clock.timeout(env, 0, then=due)
 
     def _start_session(self, s: int) -> None:
         self.next_session = max(self.next_session, s + 1)
@@ -163,12 +162,12 @@ class Replay:
             elif self.ended == self.phase_end:        # the warm-up has drained
                 self._start_phase(len(self.reqs))
             else:
-                clock.timeout(self.env, self.clients.think_s).callbacks.append(
-                    partial(self._client_next, self.phase_end))
+                clock.timeout(self.env, self.clients.think_s,
+                              then=partial(self._client_next, self.phase_end))
             return
         self.ended += 1
         for child in self.children.pop(idx, ()):
-            clock.timeout(self.env, self.reqs[child].think_s).callbacks.append(partial(self._issue, child))
+            clock.timeout(self.env, self.reqs[child].think_s, then=partial(self._issue, child))
         s = int(self.session_of[idx])
         self.left_in_session[s] -= 1
         if (self.left_in_session[s] == 0 and self.cfg.session_start == "concurrent"
@@ -177,7 +176,7 @@ class Replay:
         if self.ended == len(self.reqs):
             self.all_ended.succeed()
 
-    def _issue(self, idx: int, _think: simpy.Event) -> None:
+    def _issue(self, idx: int, _think: clock.Timer) -> None:
         """A turn's think time is over: it is issued."""
         self.issue_at_now(idx)
 
