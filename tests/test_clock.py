@@ -53,9 +53,9 @@ def test_a_timer_calls_its_callback_with_itself_once_processed():
     env = simpy.Environment()
     called = []
     made = clock.timeout(env, 1.0, 5, then=called.append)
-    assert not made.processed and made.triggered
+    assert made.callbacks == [called.append]
     env.run()
-    assert called == [made] and made.processed and made.value == 5
+    assert called == [made] and made.callbacks is None and made.value == 5
 
 
 def test_a_negative_delay_is_refused_as_simpy_refuses_it():

@@ -42,14 +42,6 @@ class Timer:
         """The value it was triggered with (SimPy's `Event.value`)."""
         return self._value
 
-    @property
-    def triggered(self) -> bool:
-        return self._value is not _PENDING
-
-    @property
-    def processed(self) -> bool:
-        return self.callbacks is None
-
 
 def now(env: simpy.Environment) -> float:
     """The simulated time (`env.now`)."""

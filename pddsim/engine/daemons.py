@@ -23,7 +23,7 @@ class Daemons:
         timer = clock.timeout(self.env, delay, then=self._woke)
         if then is not None:
             callbacks = timer.callbacks
-            assert callbacks is not None, "a timer is processed after it is made"
+            assert callbacks is not None, "just made: not processed yet"
             callbacks.append(then)
         return timer
 
