@@ -394,7 +394,7 @@ class Instance:
             if self.waiting:
                 self._admit()
             if not self.prefilling and not self._decoders:
-                self._wake = self._pending = clock.event(env, self._step)   # what a crash takes back
+                self._wake = self._pending = clock.event(env, self._step)   # a crash takes it back
                 self._changed()               # `_poke` clears `_wake` as it triggers it
                 return
             seg = self._plan()
