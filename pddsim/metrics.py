@@ -14,6 +14,7 @@ import pandas as pd
 from pddsim.engine.request import NO_TIME, Request
 from pddsim.system.routes import Route
 from pddsim.system.stages import STAGES
+from pddsim.workload.model import TraceTable
 from pddsim.workload.stats import BUCKETS, bucket_index
 
 FLOAT_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "itl_max_s", "e2e_s", "finish_s", "wan_bytes",
@@ -22,6 +23,8 @@ STAGE_COLUMNS = tuple(f"stage_{s}_s" for s in STAGES)         # share of the E2E
 TTFT_STAGE_COLUMNS = tuple(f"ttft_{s}_s" for s in STAGES)     # share of the TTFT
 INT_COLUMNS = ("request", "session", "input_tokens", "output_tokens", "tokens_out", "hit_tokens",
                "hit_tokens_decode", "handoffs", "handoff_tail_tokens", "relay_tokens", "follows")
+TRACE_COLUMNS = {"session": "session_id", "follows": "follows"}   # the workload's, not recorded
+RECORDED_INTS = tuple(c for c in INT_COLUMNS if c not in TRACE_COLUMNS)
 
 
 class Recorder:
@@ -34,11 +37,11 @@ class Recorder:
         self.flush_rows = flush_rows
         # per request: its float fields, its E2E stages, then its TTFT stages
         self.floats = {c: array("d") for c in FLOAT_COLUMNS + STAGE_COLUMNS + TTFT_STAGE_COLUMNS}
-        self.ints = {c: array("q") for c in INT_COLUMNS}
+        self.ints = {c: array("q") for c in RECORDED_INTS}
         self.pipeline = array("b")
         self.failure = array("q")
         self._float_rows: list[float] = []
-        self._int_rows: list[int] = []    # INT_COLUMNS, then the pipeline's and failure's codes
+        self._int_rows: list[int] = []    # RECORDED_INTS, then the pipeline's and failure's codes
         self._pipelines: dict[str, int] = {}
         self._failures: dict[str, int] = {"": 0}
 
@@ -54,13 +57,13 @@ class Recorder:
             req.rdma_bytes, req.handoff_stall_s))
         self._float_rows.extend(req.stages)
         self._float_rows.extend(req.ttft_stages or NO_TIME)    # no token: none
-        self._int_rows.extend((           # in INT_COLUMNS order, then the codes
-            req.idx, req.trace.session_id, req.input_tokens, req.output_tokens, req.tokens_out,
+        self._int_rows.extend((           # in RECORDED_INTS order, then the codes
+            req.idx, req.input_tokens, req.output_tokens, req.tokens_out,
             req.hit_tokens, req.hit_tokens_decode, req.handoffs, req.handoff_tail_tokens,
-            req.relay_tokens, req.trace.follows,
+            req.relay_tokens,
             self._pipelines.setdefault(req.pipeline, len(self._pipelines)),
             self._failures.setdefault(req.failed or "", len(self._failures))))
-        if len(self._int_rows) >= self.flush_rows * (len(INT_COLUMNS) + 2):
+        if len(self._int_rows) >= self.flush_rows * (len(RECORDED_INTS) + 2):
             self._flush()
 
     def _flush(self) -> None:
@@ -74,8 +77,9 @@ class Recorder:
             del table
             del rows[:]
 
-    def frame(self, slo) -> pd.DataFrame:
-        """The records in request order, as a frame; consumes the recorder. Rows arrive in end
+    def frame(self, slo, trace: TraceTable) -> pd.DataFrame:
+        """The records in request order, as a frame, with each request's session and the request
+        it follows read from the workload's `trace`; consumes the recorder. Rows arrive in end
         order: each column is reordered on its own and its buffer released before the next, and
         the frame takes the reordered arrays as they are, so the peak stays near one copy of the
         records (a million-request run)."""
@@ -85,7 +89,8 @@ class Recorder:
         for c in FLOAT_COLUMNS:
             columns[c] = np.frombuffer(self.floats.pop(c), dtype=np.float64)[order]
         for c in INT_COLUMNS:
-            columns[c] = np.frombuffer(self.ints.pop(c), dtype=np.int64)[order]
+            columns[c] = (trace.column(TRACE_COLUMNS[c])[columns["request"]] if c in TRACE_COLUMNS
+                          else np.frombuffer(self.ints.pop(c), dtype=np.int64)[order])
         for c in STAGE_COLUMNS + TTFT_STAGE_COLUMNS:
             columns[c] = np.frombuffer(self.floats.pop(c), dtype=np.float64)[order]
         df = pd.DataFrame(columns, copy=False)

@@ -34,14 +34,13 @@ def session_table(cfg: Config, workload: Workload, requests: pd.DataFrame) -> pd
     if df.empty:
         return pd.DataFrame(columns=COLUMNS)
     index = df["request"].to_numpy()
-    trace = [workload.requests[i] for i in index.tolist()]
     parent = np.full(len(df), -1)
     if cfg.workload.replay == "closed":
         row_of = np.full(len(workload), -1)
         row_of[index] = np.arange(len(df))
-        follows = np.array([r.follows for r in trace])
+        follows = workload.requests.column("follows")[index]
         parent = np.where(follows >= 0, row_of[follows], -1)
-    think = np.array([r.think_s for r in trace])
+    think = workload.requests.column("think_s")[index]
     ideal_end = _ideal_finish(df["arrival_s"].to_numpy(), ideal_service_s(cfg, df), parent, think)
     per = (df.assign(ideal_end=ideal_end)
            .groupby("session", sort=True)

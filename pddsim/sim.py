@@ -172,7 +172,11 @@ def check_servable(cfg: Config, workload: Workload) -> None:
            else "clip it with workload.max_tokens")
     largest = check_fits(cfg)
     scale = cfg.workload.time_scale
-    for i, r in enumerate(workload.requests):
+    reqs = workload.requests
+    need = reqs.column("input_tokens") + reqs.column("output_tokens")
+    late = reqs.column("arrival_s") / scale + reqs.column("think_s")
+    for i in np.flatnonzero((need > largest) | (late > CLOCK_LIMIT_S)).tolist()[:1]:
+        r = reqs[i]
         if r.input_tokens + r.output_tokens > largest:
             raise InputError(
                 f"{where}: request {i} (arriving at {r.arrival_s:g} s) needs {r.input_tokens} + "
@@ -189,7 +193,8 @@ def sample_period_s(cfg: Config, workload: Workload) -> float:
     """The time series' sampling period: the configured one or about 200 samples over the trace's
     span as replayed (a time scale stretches or squeezes it); refused when it would take more than
     MAX_SAMPLES samples per series over that span."""
-    span_s = max((r.arrival_s for r in workload.requests), default=0.0) / cfg.workload.time_scale
+    arrivals = workload.requests.column("arrival_s")
+    span_s = (float(arrivals.max()) if len(arrivals) else 0.0) / cfg.workload.time_scale
     period_s = cfg.observe.sample_s
     if period_s is None:
         return default_period_s(span_s)
@@ -276,6 +281,9 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
                                      rng=np.random.default_rng([seed, 5]), in_flight=in_flight))
     faults = pipeline.faults
     reqs = workload.requests
+    # read a request at a time from the workload's columns (no trace entry made per request)
+    inputs, outputs, chains, blocks = (reqs.input_tokens, reqs.output_tokens, reqs.hash_ids,
+                                       reqs.block_tokens)
     all_instances = [i for members in dep.members.values() for i in members]
     period_s = sample_period_s(cfg, workload)
     sampler = Sampler(env, all_instances, dep.links, period_s, dep.daemons,
@@ -308,11 +316,13 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     def issue(idx: int) -> None:
         nonlocal serving_free_at
         if not frontend_s and not jitter_s and not serial_s:
-            req = in_flight[idx] = Request(idx, reqs[idx], clock.now(env), PREFILL_QUEUE, keep_log)
+            req = in_flight[idx] = Request(idx, inputs[idx], outputs[idx], chains[idx], blocks[idx],
+                                           clock.now(env), PREFILL_QUEUE, keep_log)
             dispatch(req)
             return
         now = clock.now(env)
-        req = in_flight[idx] = Request(idx, reqs[idx], now, FRONTEND, keep_log)
+        req = in_flight[idx] = Request(idx, inputs[idx], outputs[idx], chains[idx], blocks[idx],
+                                       now, FRONTEND, keep_log)
         serving_free_at = max(now, serving_free_at) + serial_s
         delay = serving_free_at - now + frontend_s + (jitter.exponential(jitter_s) if jitter_s else 0.0)
         clock.timeout(env, delay, then=lambda _e: dispatch(req))
@@ -328,7 +338,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         run_through_faults(env, pipeline.dep.daemons, pipeline, replay, in_flight)
     if checks is not None and not stopped.triggered:
         checks.at_end(in_flight)
-    df = recorder.frame(cfg.slo)
+    df = recorder.frame(cfg.slo, reqs)
     series = sampler.frame() if sampler is not None else Sampler.empty_frame()
     links = {link.name: {"bytes": link.bytes_carried, "busy_s": link.busy_s,
                          "flows": link.flows_started,

@@ -12,7 +12,6 @@ from pddsim.engine.perf import LinearRun
 from pddsim.engine.request import Request
 from pddsim.sim import simulate
 from pddsim.system.stages import PREFILL_QUEUE
-from pddsim.workload.model import TraceRequest
 
 BASE, PER = 0.01, 1e-5
 
@@ -162,9 +161,9 @@ def test_work_arriving_on_a_boundary_joins_there(make_config, arrival):
     inst = Instance(env, "d", "decode", "a", perf=_QuarterSecond(), prefill_side=False,
                     kv_capacity_tokens=10**6,
                     batching=make_config().batching.under(catalog.engine(DEFAULT_ENGINE)), cache=None)
-    a = Request(0, TraceRequest(arrival_s=0.0, input_tokens=100, output_tokens=10), 0.0, PREFILL_QUEUE)
+    a = Request(0, 100, 10, (), 512, 0.0, PREFILL_QUEUE)
     inst.submit(_job(a, at, env), prefill=0, decode=10, context=100)
-    b = Request(1, TraceRequest(arrival_s=arrival, input_tokens=50, output_tokens=3), arrival, PREFILL_QUEUE)
+    b = Request(1, 50, 3, (), 512, arrival, PREFILL_QUEUE)
     env.timeout(arrival).callbacks.append(
         lambda _e: inst.submit(_job(b, at, env), prefill=0, decode=3, context=50))
     env.run()
@@ -199,7 +198,7 @@ def test_a_chunk_is_priced_by_one_attention_formula_in_the_engine_and_in_estimat
     batching = make_config(batching={"prefill_chunk": 256, "token_budget": 256}).batching
     inst = Instance(env, "p", "prefill", "a", perf=engine, prefill_side=True, kv_capacity_tokens=10**6,
                     batching=batching.under(catalog.engine(DEFAULT_ENGINE)), cache=None)
-    req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=1200, output_tokens=1), 0.0, PREFILL_QUEUE)
+    req = Request(0, 1200, 1, (), 512, 0.0, PREFILL_QUEUE)
     inst.submit(Job(req, on_held=lambda job: None, on_failed=None), prefill=1000, decode=0,
                 context=200, hold=True)
     env.run()

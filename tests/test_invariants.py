@@ -44,9 +44,8 @@ PD = (("prefill", 1), ("decode", 1))
 
 def test_a_completed_request_short_of_tokens_is_caught():
     from pddsim.engine.request import Request
-    from pddsim.workload.model import TraceRequest
     checks = Invariants(CheckedEnvironment(), [], [], FlowLog())
-    req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=1000, output_tokens=50), 0.0, "decode")
+    req = Request(0, 1000, 50, (), 512, 0.0, "decode")
     req.emit_run(0.1, 49, 0.01)                  # one token short, then the request completes
     with pytest.raises(InvariantError, match="request 0 completed with 49 of 50 output tokens"):
         checks.request_ended(req)

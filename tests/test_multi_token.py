@@ -51,8 +51,7 @@ def decode_alone(make_config, jobs, spec=None):
                     multi_token=multi)
     at = {}
     for i, (context, tokens) in enumerate(jobs):
-        trace = TraceRequest(arrival_s=0.0, input_tokens=context, output_tokens=tokens)
-        req = Request(i, trace, 0.0, "decode")
+        req = Request(i, context, tokens, (), 512, 0.0, "decode")
         job = Job(req, on_finished=lambda job: at.__setitem__(job.req.idx, (env.now, job.req.tokens_out)),
                   on_failed=None)
         inst.submit(job, prefill=0, decode=tokens, context=context)

@@ -11,6 +11,7 @@ from pddsim.engine.daemons import Daemons
 from pddsim.engine.invariants import CheckedEnvironment
 from pddsim.engine.network import Background, Fabric, Link, normal_draws
 from pddsim.sim import simulate
+from pddsim.workload.model import TraceTable
 from pddsim.workload.synthetic import poisson_workload
 
 
@@ -422,7 +423,7 @@ def test_a_lazy_background_gives_the_run_a_tick_per_period_gives(make_config, pe
                       wan={"bandwidth_gbps": 10, "rtt_ms": 20,
                            "background": {"mean": 0.3, "std": 0.2, "period_s": period_s}})
     w = poisson_workload(60, 0.2, 3000, 40, seed=4)
-    w.requests[:] = [replace(r, arrival_s=float(round(r.arrival_s))) for r in w.requests]
+    w.requests = TraceTable.of(replace(r, arrival_s=float(round(r.arrival_s))) for r in w.requests)
 
     def always_tick(env, dep, _pipeline):
         dep.daemons.stuck = env.event()

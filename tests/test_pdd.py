@@ -164,7 +164,9 @@ def test_a_request_ending_twice_stops_the_run(make_config, make_workload):
 
     def end_again(env, dep, pipeline):
         """Request 0 ends once more at 0.9 s, after it completed."""
-        again = Request(0, w.requests[0], 0.0, "decode")
+        first = w.requests[0]
+        again = Request(0, first.input_tokens, first.output_tokens, first.hash_ids,
+                        first.block_tokens, 0.0, "decode")
         env.timeout(0.9).callbacks.append(lambda _e: pipeline.on_end(again))
     assert simulate(pdd(make_config), w).requests.finish_s.iloc[0] < 0.9
     with pytest.raises(InvariantError, match="request 0 ended twice"):

@@ -122,8 +122,7 @@ def test_an_instance_that_left_is_not_picked_until_it_is_back_at_its_place(make_
     cfg = make_config(roles=(("prefill", 3), ("decode", 1)))
     pool = build(simpy.Environment(), cfg, seed=0).pools["prefill"]
     first = pool[0]
-    req = Request(0, TraceRequest(arrival_s=0.0, input_tokens=200, output_tokens=1, hash_ids=(7, 8),
-                                  block_tokens=100), 0.0, PREFILL_QUEUE)
+    req = Request(0, 200, 1, (7, 8), 100, 0.0, PREFILL_QUEUE)
     affinity, least = routers.CacheAffinity(scan_up_to=0), routers.LeastLoaded(scan_up_to=0)
     assert least.pick(pool, req) is first               # all idle: the first
     pool.remove(first)

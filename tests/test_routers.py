@@ -11,7 +11,6 @@ from pddsim.engine.perf import MeasuredTable
 from pddsim.engine.request import Request
 from pddsim.sim import load_workload, simulate
 from pddsim.system.stages import PREFILL_QUEUE
-from pddsim.workload.model import TraceRequest
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -57,8 +56,7 @@ def test_a_decoder_shows_the_iterations_of_its_decode_run_under_way(tmp_path, ma
                         prefill_side=False, kv_capacity_tokens=10**6,
                         batching=cfg.batching.under(cfg.perf.engine_profile()), cache=None)
         for i, (context, out) in enumerate(((1000, 400), (3000, 250))):
-            trace = TraceRequest(arrival_s=0.0, input_tokens=context, output_tokens=out)
-            req = Request(i, trace, 0.0, PREFILL_QUEUE)
+            req = Request(i, context, out, (), 512, 0.0, PREFILL_QUEUE)
             inst.submit(Job(req, on_finished=lambda job: None, on_failed=None), prefill=0, decode=out,
                         context=context)
         seen[coalesce] = []

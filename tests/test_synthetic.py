@@ -42,7 +42,7 @@ def test_generators_are_pinned():
     second pass): a speed-up must not move a single id, length or time. Re-pin only for an intended
     change to the workloads themselves."""
     def digest(workload):
-        return hashlib.sha256(repr(workload.requests).encode()).hexdigest()
+        return hashlib.sha256(repr(list(workload.requests)).encode()).hexdigest()
     churn = AgentSpec(sessions=40, reset_prob=0.2, long_prob=0.2, max_context=60000)
     assert digest(agent_workload(churn, 7)) == (
         "1ecd261dc4cfdb37c3b17922bb6a7b9c07e66ae567a739f2fdce5c13018ab73d")

@@ -66,7 +66,7 @@ def test_records_do_not_depend_on_when_the_row_buffer_is_flushed(make_config):
         recorder = Recorder(flush_rows)
         for req in ended:
             recorder.record(req)
-        frames.append(recorder.frame(cfg.slo))
+        frames.append(recorder.frame(cfg.slo, w.requests))
     assert len(w) % 7 and len(ended) == len(w)
     assert frames[0].equals(whole) and frames[1].equals(whole)
 

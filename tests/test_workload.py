@@ -1,15 +1,17 @@
 import json
 import lzma
+import pickle
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from pddsim.config import AgentSpec
+from pddsim.engine.chain import Chain
 from pddsim.errors import InputError
-from pddsim.workload.model import TraceRequest, Workload
+from pddsim.workload.model import FlatIds, TraceRequest, TraceTable, Workload
 from pddsim.workload.readers import read_workload, write_mooncake, write_native
-from pddsim.workload.synthetic import agent_workload
+from pddsim.workload.synthetic import agent_workload, poisson_workload
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
@@ -17,6 +19,38 @@ TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 def write_lines(path: Path, rows) -> Path:
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
     return path
+
+
+# ---- the requests as columns ----------------------------------------------------------------------------
+
+def test_a_table_reads_back_the_requests_it_was_given():
+    rows = [TraceRequest(0.5, 600, 7, (0, 1), 512),
+            TraceRequest(1.25, 100, 1, Chain.run(3, 2), 64, session_id=2, think_s=0.5, follows=0)]
+    table = TraceTable.of(rows)
+    assert table == rows and list(table) == rows and len(table) == 2
+    assert table[-1] == rows[-1] and table[1:] == rows[1:] and table != rows[:1]
+    assert table.column("follows").tolist() == [-1, 0] and table.column("think_s").tolist() == [0.0, 0.5]
+    with pytest.raises(ValueError):                     # a column is read, never written through
+        table.column("arrival_s")[0] = 9.0
+    back = pickle.loads(pickle.dumps(Workload(table)))  # as a plan sends it to its workers
+    assert back.requests == rows and Workload(rows).requests == table
+    assert TraceTable.of([]) == [] and not Workload([]).requests
+
+
+def test_generated_requests_are_held_as_numbers_not_objects():
+    """A million generated requests held ~280 MB as objects; as columns a request holds its
+    numbers and its chain's ids, 8 bytes each, and reads back the same."""
+    w = poisson_workload(5000, 5.0, 1000, 150, shared_prefix_tokens=512, seed=1)
+    table = w.requests
+    ids = table.hash_ids
+    assert isinstance(ids, FlatIds)
+    numbers = ("arrival_s", "input_tokens", "output_tokens", "block_tokens", "session_id",
+               "think_s", "follows")
+    held = sum(len(getattr(table, c)) * 8 for c in numbers) + 8 * (len(ids.ids) + len(ids.offsets))
+    blocks = sum(len(r.hash_ids) for r in table)
+    assert held == 8 * (7 * len(w) + blocks + len(w) + 1)
+    assert held / len(w) < 100
+    assert ids[-1] == ids[len(w) - 1] and ids[1:3] == [ids[1], ids[2]]
 
 
 # ---- Mooncake ------------------------------------------------------------------------------------------

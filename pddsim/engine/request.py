@@ -1,4 +1,4 @@
-"""A request in flight: its trace entry, where it is, and its token stream so far.
+"""A request in flight: what its trace entry asks, where it is, and its token stream so far.
 
 The stream is kept as three numbers (first token, last token, largest gap) plus a count, never as a
 per-token log. Finished requests leave only their record behind.
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-if TYPE_CHECKING:  # the engine reads a trace entry's fields; it needs no workload code
+if TYPE_CHECKING:
+    from pddsim.engine.chain import BlockIds
     from pddsim.engine.job import Job
-    from pddsim.workload.model import TraceRequest
 
 
 PREFILL = "prefill"          # its prompt is computed (its job admitted from where it queued)
@@ -39,7 +39,7 @@ def name_stages(stages: Sequence[str]) -> None:
 
 class Request:
     __slots__ = (
-        "idx", "trace", "arrival_s", "input_tokens", "output_tokens", "hash_ids", "block_tokens",
+        "idx", "arrival_s", "input_tokens", "output_tokens", "hash_ids", "block_tokens",
         # outcome
         "hit_tokens", "hit_tokens_decode", "first_token_s", "last_token_s", "max_gap_s", "tokens_out",
         "finish_s", "failed", "pipeline", "wan_bytes", "wan_bytes_no_drc", "rdma_bytes",
@@ -53,16 +53,16 @@ class Request:
         "retries",
     )
 
-    def __init__(self, idx: int, trace: TraceRequest, arrival_s: float, stage: str,
-                 log: bool = False):
-        """`stage`: where it is as it arrives."""
+    def __init__(self, idx: int, input_tokens: int, output_tokens: int, hash_ids: BlockIds,
+                 block_tokens: int, arrival_s: float, stage: str, log: bool = False):
+        """Request `idx` of the workload, its trace entry's lengths and chain given; `stage`:
+        where it is as it arrives."""
         self.idx = idx
-        self.trace = trace
         self.arrival_s = arrival_s
-        self.input_tokens = trace.input_tokens
-        self.output_tokens = max(1, trace.output_tokens)
-        self.hash_ids = trace.hash_ids
-        self.block_tokens = trace.block_tokens
+        self.input_tokens = input_tokens
+        self.output_tokens = max(1, output_tokens)
+        self.hash_ids = hash_ids
+        self.block_tokens = block_tokens
         self.hit_tokens = 0
         self.hit_tokens_decode = 0
         self.first_token_s: float | None = None
@@ -92,7 +92,8 @@ class Request:
         attempt (its KV is gone: everything is recomputed, and the stream starts over). It keeps
         its arrival, the time its stages took so far (the lost attempt's time stays in its
         stages), and the bytes it moved."""
-        again = Request(self.idx, self.trace, self.arrival_s, stage)
+        again = Request(self.idx, self.input_tokens, self.output_tokens, self.hash_ids,
+                        self.block_tokens, self.arrival_s, stage)
         again.stages = self.stages[:]
         again.stages[STAGE_INDEX[self.stage]] += now - self.stage_s
         again.stage_s = now

@@ -21,7 +21,7 @@ import numpy as np
 from pddsim.config import Config
 from pddsim.errors import InputError
 from pddsim.sim import simulate
-from pddsim.workload.model import Workload
+from pddsim.workload.model import TraceTable, Workload
 from pddsim.workload.synthetic import poisson_workload
 
 POLICIES = ("packed", "alone")      # the default first
@@ -72,9 +72,9 @@ def warmed(workload: Workload) -> Workload:
     follow only an earlier turn of its own session)."""
     first, *rest = workload.requests
     t0 = first.arrival_s
-    return Workload([replace(first, arrival_s=0.0, session_id=0)]
-                    + [replace(r, arrival_s=r.arrival_s - t0, session_id=0, follows=0,
-                               think_s=r.arrival_s - t0) for r in rest],
+    return Workload(TraceTable.of([replace(first, arrival_s=0.0, session_id=0)]
+                                  + [replace(r, arrival_s=r.arrival_s - t0, session_id=0,
+                                             follows=0, think_s=r.arrival_s - t0) for r in rest]),
                     source=workload.source, extra=workload.extra)
 
 

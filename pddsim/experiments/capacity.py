@@ -160,8 +160,8 @@ def at_load(cfg: Config, load: float) -> Config:
 
 def _session_count(workload: Workload) -> int:
     """Sessions as replay counts them: a request without a session is its own."""
-    ids = [r.session_id for r in workload.requests]
-    return len({s for s in ids if s >= 0}) + sum(s < 0 for s in ids)
+    ids = workload.requests.column("session_id")
+    return len(np.unique(ids[ids >= 0])) + int(np.count_nonzero(ids < 0))
 
 
 def passes(result: Result, figures: dict, target: float) -> bool:
@@ -179,7 +179,7 @@ def hopeless(cfg: Config, workload: Workload, steady: bool) -> Callable[[Request
     allowed = (1 - cfg.slo.target) * len(workload.requests)
     reqs = workload.requests
     start, end = -math.inf, math.inf
-    firsts = [reqs[members[0]].arrival_s for members in sessions_of(workload)] if steady else []
+    firsts = [reqs.arrival_s[members[0]] for members in sessions_of(workload)] if steady else []
     if firsts:
         start, end = always_inside_from(min(firsts), max(firsts)), max(firsts)
     missed = 0

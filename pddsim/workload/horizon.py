@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from pddsim.workload.model import TraceRequest, Workload
+from pddsim.workload.model import TraceRequest, TraceTable, Workload
 
 _CHUNK = 1024     # unit-rate gaps drawn at a time: a fixed size, so every rate sees the same points
 
@@ -38,8 +38,8 @@ def sessions_of(workload: Workload) -> list[list[int]]:
     """Request indices per session, in order of first appearance; a request without a session is
     one of its own."""
     groups: dict[int, list[int]] = {}
-    for i, r in enumerate(workload.requests):
-        groups.setdefault(r.session_id if r.session_id >= 0 else -1 - i, []).append(i)
+    for i, s in enumerate(workload.requests.session_id):
+        groups.setdefault(s if s >= 0 else -1 - i, []).append(i)
     return list(groups.values())
 
 
@@ -79,6 +79,6 @@ def resample(base: Workload, rate: float, horizon_s: float, seed: int) -> Worklo
     position = {(origin[k], rows[k][1]): p for p, k in enumerate(order)}
     requests = [replace(rows[k][2], follows=-1 if rows[k][2].follows < 0
                         else position[(origin[k], rows[k][2].follows)]) for k in order]
-    return Workload(requests, source=f"{base.source} resampled (rate={rate:g}/s, "
+    return Workload(TraceTable.of(requests), source=f"{base.source} resampled (rate={rate:g}/s, "
                     f"horizon={horizon_s:g} s, seed={seed})", sessions=len(starts),
                     extra={**base.extra, "horizon_s": horizon_s, "rate": rate})

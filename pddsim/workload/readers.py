@@ -47,7 +47,7 @@ from pddsim.errors import InputError
 from pddsim.intmath import ceil_div
 from pddsim.schema import TOO_MANY_DIGITS
 from pddsim.workload import trace_cache
-from pddsim.workload.model import TraceRequest, Workload
+from pddsim.workload.model import TraceRequest, TraceTable, Workload
 
 FORMATS = ("auto", "mooncake", "azure", "native", "agent")
 MOONCAKE_BLOCK_TOKENS = 512
@@ -96,7 +96,8 @@ def read_workload(path, fmt: str = "auto", *, limit: int | None = None, shared_p
         raise InputError(f"{path}: no requests")
     if max_tokens is not None:
         requests = [_clip(r, max_tokens) for r in requests]
-    return Workload(requests, source=str(path), sessions=sessions, extra={"repairs": dict(repairs)})
+    return Workload(TraceTable.of(requests), source=str(path), sessions=sessions,
+                    extra={"repairs": dict(repairs)})
 
 
 def write_native(workload: Workload, path) -> Path:

@@ -44,7 +44,7 @@ class Replay:
         # arrays (members of session s: self.members[self.bounds[s]:self.bounds[s + 1]]), not a list
         # per session: a million independent requests are a million sessions.
         n = len(self.reqs)
-        ids = np.fromiter((r.session_id for r in self.reqs), dtype=np.int64, count=n)
+        ids = self.reqs.column("session_id")
         keys = np.where(ids >= 0, ids, -1 - np.arange(n, dtype=np.int64))
         _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         rank = np.empty(len(first), dtype=np.int64)
@@ -57,11 +57,12 @@ class Replay:
         self.left_in_session = counts.tolist()
         self.children: dict[int, list[int]] = defaultdict(list)
         if self.closed:
-            for i, r in enumerate(self.reqs):
-                if r.follows >= 0:
-                    _check_follows(workload.source, i, r.follows, self.session_of,
-                                   wcfg.session_start == "concurrent")
-                    self.children[r.follows].append(i)
+            follows = self.reqs.column("follows")
+            for i in np.flatnonzero(follows >= 0).tolist():
+                parent = int(follows[i])
+                _check_follows(workload.source, i, parent, self.session_of,
+                               wcfg.session_start == "concurrent")
+                self.children[parent].append(i)
         self.next_session = 0
 
     def start(self) -> None:
@@ -78,7 +79,7 @@ class Replay:
                 self._start_session(self.next_session)
             return
         ts = self.cfg.time_scale
-        arrivals = np.fromiter((r.arrival_s for r in self.reqs), dtype=float, count=len(self.reqs))
+        arrivals = self.reqs.column("arrival_s")
         firsts = arrivals[self.members[self.bounds[:-1]]]
         if start == "recorded":
             starts = firsts / ts
@@ -129,12 +130,13 @@ class Replay:
     def _start_session(self, s: int) -> None:
         self.next_session = max(self.next_session, s + 1)
         members = self.members[self.bounds[s]:self.bounds[s + 1]].tolist()
-        base = self.reqs[members[0]].arrival_s
+        arrivals, follows = self.reqs.arrival_s, self.reqs.follows
+        base = arrivals[members[0]]
         if self.closed:
-            roots, ts = [i for i in members if self.reqs[i].follows < 0], 1.0
+            roots, ts = [i for i in members if follows[i] < 0], 1.0
         else:
             roots, ts = members, self.cfg.time_scale
-        offsets = np.array([(self.reqs[i].arrival_s - base) / ts for i in roots])
+        offsets = np.array([(arrivals[i] - base) / ts for i in roots])
         order = np.argsort(offsets, kind="stable")
         self._at_times(clock.now(self.env) + offsets[order], np.array(roots)[order], self.issue_at_now)
 
@@ -167,7 +169,7 @@ class Replay:
             return
         self.ended += 1
         for child in self.children.pop(idx, ()):
-            clock.timeout(self.env, self.reqs[child].think_s, then=partial(self._issue, child))
+            clock.timeout(self.env, self.reqs.think_s[child], then=partial(self._issue, child))
         s = int(self.session_of[idx])
         self.left_in_session[s] -= 1
         if (self.left_in_session[s] == 0 and self.cfg.session_start == "concurrent"

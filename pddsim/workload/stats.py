@@ -16,7 +16,7 @@ import pandas as pd
 
 from pddsim.engine.prefix_cache import PrefixCache
 from pddsim.errors import InputError
-from pddsim.workload.model import Workload
+from pddsim.workload.model import TraceTable, Workload
 
 BUCKETS = ("[0,50)", "[50,70)", "[70,90)", "[90,95)", "[95,99)", "[99,100]")
 """Hit-rate buckets (percent), shared with the simulator's metrics."""
@@ -99,12 +99,12 @@ def trace_stats(workload: Workload, *, lru_capacity_tokens: int | None = None,
         raise InputError(f"workload {workload.source!r} has no requests")
     if lru_capacity_tokens is not None and lru_capacity_tokens <= 0:
         raise InputError(f"lru_capacity_tokens={lru_capacity_tokens} must be > 0")
-    arrivals = np.array([r.arrival_s for r in workload.requests])
+    arrivals = workload.requests.column("arrival_s")
     order = np.argsort(arrivals, kind="stable")
-    ordered = Workload([workload.requests[i] for i in order], workload.source)
+    ordered = Workload(TraceTable.of(workload.requests[i] for i in order.tolist()), workload.source)
     arrivals = arrivals[order]
-    inputs = np.array([r.input_tokens for r in ordered.requests])
-    outputs = np.array([r.output_tokens for r in ordered.requests])
+    inputs = ordered.requests.column("input_tokens")
+    outputs = ordered.requests.column("output_tokens")
     hit_fields = partial(_hit_fields, ordered, inputs, *_windows(arrivals, window_s))
     duration = float(arrivals[-1] - arrivals[0])
     stats = {"requests": len(ordered),

@@ -21,7 +21,7 @@ from pddsim.config import (
 )
 from pddsim.engine.chain import Chain
 from pddsim.intmath import ceil_div
-from pddsim.workload.model import Clients, TraceRequest, Workload
+from pddsim.workload.model import Clients, FlatIds, TraceTable, Workload
 
 
 def _lognormal(rng: np.random.Generator, mean: float, sigma: float, size: int) -> np.ndarray:
@@ -34,12 +34,17 @@ def _tokens(samples: np.ndarray) -> np.ndarray:
     return np.maximum(np.rint(samples), 1).astype(np.int64)
 
 
-def _chain(shared: tuple[int, ...], input_tokens: int, block_tokens: int,
-           first_new: int) -> tuple[int, ...]:
-    """A request's prefix-hash chain: the shared prefix, then fresh ids from `first_new` on for the
-    other blocks."""
-    return shared + tuple(range(first_new,
-                                first_new + ceil_div(input_tokens, block_tokens) - len(shared)))
+def _chains(blocks: np.ndarray, shared: int) -> FlatIds:
+    """Each request's prefix-hash chain of `blocks[i]` ids: the `shared` ids 0 .. shared - 1
+    every request has (at most its blocks), then ids no other request has, numbered on from
+    those of the requests before it."""
+    offsets = np.concatenate(([0], np.cumsum(blocks)))
+    position = np.arange(offsets[-1]) - np.repeat(offsets[:-1], blocks)   # of a block in its chain
+    fresh = np.maximum(blocks - shared, 0)
+    first_fresh = shared + np.cumsum(fresh) - fresh
+    ids = np.where(position < shared, position,
+                   np.repeat(first_fresh, blocks) + position - shared)
+    return FlatIds(ids, offsets)
 
 
 def poisson_workload(n_requests: int, rate_rps: float, input_mean: float, output_mean: float,
@@ -58,16 +63,8 @@ def poisson(spec: PoissonSpec, seed: int) -> Workload:
     arrivals = np.cumsum(rng.exponential(1 / spec.rate_rps, n))
     inputs = prefix + _tokens(_lognormal(rng, spec.input_mean - prefix, spec.input_sigma, n))
     outputs = _tokens(_lognormal(rng, spec.output_mean, spec.output_sigma, n))
-    shared = tuple(range(prefix // bt))
-    # request k's fresh blocks follow the shared prefix and the fresh blocks of those before it
-    fresh = ceil_div(inputs, bt) - len(shared)
-    first_new = len(shared) + np.cumsum(fresh) - fresh
-    requests = [
-        TraceRequest(arrival_s=t, input_tokens=n_in, output_tokens=n_out,
-                     hash_ids=_chain(shared, n_in, bt, first), block_tokens=bt)
-        for t, n_in, n_out, first in zip(arrivals.tolist(), inputs.tolist(), outputs.tolist(),
-                                         first_new.tolist())
-    ]
+    requests = TraceTable(arrivals, inputs, outputs, _chains(ceil_div(inputs, bt), prefix // bt),
+                          bt)
     return Workload(requests, source=f"poisson(seed={seed})",
                     extra={"generator": "poisson", "seed": seed})
 
@@ -115,7 +112,8 @@ def agent_workload(spec: AgentSpec, seed: int, starts: np.ndarray | None = None)
         starts = day_time(starts, spec.diurnal, spec.day_s)
     n_sessions = len(starts)
     if not n_sessions:
-        return Workload([], source=f"agent(seed={seed})", extra={"generator": "agent", "seed": seed})
+        return Workload(TraceTable.of([]), source=f"agent(seed={seed})",
+                        extra={"generator": "agent", "seed": seed})
     # each quantity from a stream of its own: the first k sessions are the same whatever the
     # number of sessions, so the workloads of two session rates share their sessions (common
     # random numbers for a capacity search)
@@ -155,12 +153,11 @@ def agent_workload(spec: AgentSpec, seed: int, starts: np.ndarray | None = None)
     order = np.argsort(arrivals, kind="stable")
     position = np.empty_like(order)
     position[order] = np.arange(total)
-    position_of = position.tolist()
-    requests: list[TraceRequest] = []
+    inputs: list[int] = []
+    chains: list[Chain] = []
     prev_in, prev_out, prev_chain = 0, 0, system
-    for i, (is_first, is_reset, add, context, n_out, at, wait, s) in enumerate(zip(
-            first.tolist(), reset.tolist(), appended.tolist(), contexts.tolist(),
-            outputs.tolist(), arrivals.tolist(), think.tolist(), session.tolist())):
+    for is_first, is_reset, add, context, n_out in zip(
+            first.tolist(), reset.tolist(), appended.tolist(), contexts.tolist(), outputs.tolist()):
         n_in = prev_in + prev_out + add
         fresh = is_first or is_reset or 0 < spec.max_context < n_in
         if fresh:                       # a new or rewritten context shares only the system prompt
@@ -170,13 +167,14 @@ def agent_workload(spec: AgentSpec, seed: int, starts: np.ndarray | None = None)
         shared, keep = (system, len(system)) if fresh else (prev_chain, prev_in // bt)
         chain = shared.extended(keep, next_id, ceil_div(n_in, bt) - keep)
         next_id += len(chain) - keep
-        requests.append(TraceRequest(
-            arrival_s=at, input_tokens=n_in, output_tokens=n_out, hash_ids=chain, block_tokens=bt,
-            session_id=s, think_s=wait, follows=-1 if is_first else position_of[i - 1]))
+        inputs.append(n_in)
+        chains.append(chain)
         prev_in, prev_out, prev_chain = n_in, n_out, chain
-
-    return Workload([requests[k] for k in order.tolist()], source=f"agent(seed={seed})",
-                    sessions=n_sessions,
+    follows = np.where(first, -1, position[np.arange(total) - 1])
+    requests = TraceTable(arrivals[order], np.asarray(inputs)[order], outputs[order],
+                          [chains[k] for k in order.tolist()], bt, session[order], think[order],
+                          follows[order])
+    return Workload(requests, source=f"agent(seed={seed})", sessions=n_sessions,
                     extra={"generator": "agent", "seed": seed, "spec": spec.model_dump()})
 
 
@@ -186,17 +184,13 @@ def benchmark(spec: BenchmarkSpec, seed: int) -> Workload:
     n = spec.warmup_requests + spec.measured
     rng = np.random.default_rng(seed)
 
-    def lengths(mean: int, jitter: float) -> list[int]:
+    def lengths(mean: int, jitter: float) -> np.ndarray:
         if not jitter:
-            return [mean] * n
-        return _tokens(rng.normal(mean, jitter * mean, n)).tolist()
+            return np.full(n, mean, dtype=np.int64)
+        return _tokens(rng.normal(mean, jitter * mean, n))
     inputs, outputs = lengths(spec.isl, spec.isl_jitter), lengths(spec.osl, spec.osl_jitter)
     bt = spec.block_tokens
-    blocks = [ceil_div(i, bt) for i in inputs]
-    first = np.cumsum([0] + blocks[:-1]).tolist()
-    requests = [TraceRequest(arrival_s=0.0, input_tokens=i, output_tokens=o,
-                             hash_ids=tuple(range(f, f + b)), block_tokens=bt)
-                for i, o, f, b in zip(inputs, outputs, first, blocks)]
+    requests = TraceTable(0.0, inputs, outputs, _chains(ceil_div(inputs, bt), 0), bt)
     return Workload(requests, source=f"benchmark(seed={seed})",
                     extra={"generator": "benchmark", "seed": seed, "spec": spec.model_dump()},
                     clients=Clients(spec.concurrency, spec.warmup_requests, spec.ramp_s, spec.think_s))
