@@ -31,6 +31,7 @@ class Replay:
                  issue: Callable[[int], None]):
         self.env = env
         self.reqs = workload.requests
+        self.n = len(self.reqs)               # (asked at every end: the table's length is a call)
         self.cfg = wcfg
         self.rng = rng
         self.issue_at_now = issue
@@ -43,7 +44,7 @@ class Replay:
         # sessions in order of first appearance; a request without a session is its own. Held as
         # arrays (members of session s: self.members[self.bounds[s]:self.bounds[s + 1]]), not a list
         # per session: a million independent requests are a million sessions.
-        n = len(self.reqs)
+        n = self.n
         ids = self.reqs.column("session_id")
         keys = np.where(ids >= 0, ids, -1 - np.arange(n, dtype=np.int64))
         _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
@@ -66,11 +67,11 @@ class Replay:
         self.next_session = 0
 
     def start(self) -> None:
-        if not self.reqs:
+        if not self.n:
             self.all_ended.succeed()
             return
         if self.clients is not None:
-            self._start_phase(self.clients.warmup or len(self.reqs))
+            self._start_phase(self.clients.warmup or self.n)
             return
         start = self.cfg.session_start
         if start == "concurrent":
@@ -159,10 +160,10 @@ class Replay:
     def request_ended(self, idx: int) -> None:
         if self.clients is not None:
             self.ended += 1
-            if self.ended == len(self.reqs):
+            if self.ended == self.n:
                 self.all_ended.succeed()
             elif self.ended == self.phase_end:        # the warm-up has drained
-                self._start_phase(len(self.reqs))
+                self._start_phase(self.n)
             else:
                 clock.timeout(self.env, self.clients.think_s,
                               then=partial(self._client_next, self.phase_end))
@@ -175,7 +176,7 @@ class Replay:
         if (self.left_in_session[s] == 0 and self.cfg.session_start == "concurrent"
                 and self.next_session < self.n_sessions):
             self._start_session(self.next_session)
-        if self.ended == len(self.reqs):
+        if self.ended == self.n:
             self.all_ended.succeed()
 
     def _issue(self, idx: int, _think: clock.Timer) -> None:
