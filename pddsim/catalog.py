@@ -307,6 +307,10 @@ class EngineProfile(Strict, frozen=True):
         0.0, ge=0, description="time of a request's work in the engine's one serving process "
         "(HTTP parsing, tokenisation, scheduling it in), one request after another: requests "
         "sent together reach the engine this far apart")
+    frontend_stream_us: float = Field(
+        0.0, ge=0, description="time a request's intake takes for each other request the "
+        "server is serving (each live stream is visited as a request is taken in): a cost per "
+        "request that grows with the streams, paid by that request alone")
     frontend_jitter_ms: float = Field(
         0.0, ge=0, description="mean of a random extra front-end time per request (exponential, "
         "seeded): requests sent together reach the engine apart, as real front ends' "

@@ -307,6 +307,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
     front = cfg.engine_profile()
     frontend_s, jitter_s = front.frontend_ms / 1e3, front.frontend_jitter_ms / 1e3
     serial_s = front.frontend_serial_ms / 1e3
+    per_stream_s = front.frontend_stream_us / 1e6
     jitter = np.random.default_rng([seed, 6])
     serving_free_at = 0.0
 
@@ -315,7 +316,7 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
 
     def issue(idx: int) -> None:
         nonlocal serving_free_at
-        if not frontend_s and not jitter_s and not serial_s:
+        if not frontend_s and not jitter_s and not serial_s and not per_stream_s:
             req = in_flight[idx] = Request(idx, inputs[idx], outputs[idx], chains[idx], blocks[idx],
                                            clock.now(env), PREFILL_QUEUE, keep_log)
             dispatch(req)
@@ -324,7 +325,8 @@ def simulate(cfg: Config, workload: Workload, seed: int | None = None,
         req = in_flight[idx] = Request(idx, inputs[idx], outputs[idx], chains[idx], blocks[idx],
                                        now, FRONTEND, keep_log)
         serving_free_at = max(now, serving_free_at) + serial_s
-        delay = serving_free_at - now + frontend_s + (jitter.exponential(jitter_s) if jitter_s else 0.0)
+        delay = (serving_free_at - now + frontend_s + per_stream_s * (len(in_flight) - 1)
+                 + (jitter.exponential(jitter_s) if jitter_s else 0.0))
         clock.timeout(env, delay, then=lambda _e: dispatch(req))
 
     replay = Replay(env, workload, cfg.workload, np.random.default_rng([seed, 3]), issue)

@@ -104,6 +104,20 @@ def test_the_serving_process_takes_requests_sent_together_one_at_a_time(make_con
     assert alone["ttft_frontend_s"].to_numpy() == pytest.approx([0.035] * 4)
 
 
+def test_each_request_takes_its_intake_time_for_every_other_stream_without_queueing(make_config):
+    """Four clients start at once (no serial intake): the k-th request issued finds k - 1 others
+    live and takes frontend_stream_us for each, on top of frontend_ms; no request waits for
+    another's intake. One client alone pays none of it."""
+    knobs = {"concurrency": 4, "isl": 50, "osl": 2, "requests": 4, "warmup": 0}
+    df = run(bench_config(make_config, knobs, perf__frontend_stream_us=10_000,
+                          perf__frontend_ms=5)).requests
+    assert df.sort_values("request")["ttft_frontend_s"].to_numpy() == pytest.approx(
+        [0.005, 0.015, 0.025, 0.035])
+    alone = run(bench_config(make_config, {**knobs, "concurrency": 1},
+                             perf__frontend_stream_us=10_000, perf__frontend_ms=5)).requests
+    assert alone["ttft_frontend_s"].to_numpy() == pytest.approx([0.005] * 4)
+
+
 def test_reserve_admission_waits_for_the_whole_length_and_never_preempts(make_config):
     """KV for 2,448 tokens; each request needs 600 + 600. Optimistic admission takes all three
     prompts (1,824 tokens in 16-token blocks) and must preempt as they grow; a no-evict engine
