@@ -175,7 +175,7 @@ def check_servable(cfg: Config, workload: Workload) -> None:
     reqs = workload.requests
     need = reqs.column("input_tokens") + reqs.column("output_tokens")
     late = reqs.column("arrival_s") / scale + reqs.column("think_s")
-    for i in np.flatnonzero((need > largest) | (late > CLOCK_LIMIT_S)).tolist()[:1]:
+    for i in np.flatnonzero((need > largest) | (late > CLOCK_LIMIT_S))[:1].tolist():  # the first
         r = reqs[i]
         if r.input_tokens + r.output_tokens > largest:
             raise InputError(

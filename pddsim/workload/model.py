@@ -109,6 +109,7 @@ class TraceTable(Sequence[TraceRequest]):
 
     @classmethod
     def of(cls, rows: Iterable[TraceRequest]) -> TraceTable:
+        """The table of `rows`, in their order (their chains kept as they are)."""
         rows = list(rows)
 
         def col(name: str) -> list:
