@@ -175,6 +175,23 @@ def test_errors_and_ratios_are_computed_from_the_predictions(tmp_path):
     assert s["groups"]["band"]["1-8"]["rows"] == 1
 
 
+def test_rows_beyond_the_fit_files_gpus_and_models_are_replayed(tmp_path):
+    """The fit rows hold no H200, A100 or Kimi-K2.5 row; the catalogs do, so such a row (as the
+    held-out part of the source may hold) is replayed under every engine, not skipped. The same
+    small-batch row decodes faster on a GPU with more HBM bandwidth, and prefills slower on one
+    with less compute (A100 against H100: no FP8 matmuls, a third of the 16-bit peak)."""
+    dense = {gpu: agg(system=gpu, tp=4, conc=2, isl=1024, osl=32)
+             for gpu in ("h100_sxm", "h200_sxm", "a100_sxm")}
+    kimi = [agg("moonshotai/Kimi-K2.5", "h200_sxm", backend, conc=2, isl=1024, osl=16,
+                moe_tp=8, quant="int4_wo") for backend in ("vllm", "sglang", "trtllm")]
+    table = cases(read_rows(write(tmp_path, *dense.values(), *kimi)), Processes(1))
+    assert (table["skipped"] == "").all(), table["skipped"].tolist()
+    assert table["model"].tolist() == ["llama-3.1-70b"] * 3 + ["kimi-k2.5"] * 3
+    assert np.isfinite(table[["predicted_ttft_ms", "predicted_tpot_ms"]].to_numpy()).all()
+    ttft, tpot = table["predicted_ttft_ms"].tolist(), table["predicted_tpot_ms"].tolist()
+    assert tpot[1] < tpot[0] and ttft[2] > ttft[0]
+
+
 def test_the_measured_phase_is_rounds_of_every_client(tmp_path):
     """R rounds of N clients: R x N measured requests after the 2N warm-up; a longer phase
     weighs its first round, the burst of every client at once, less."""
