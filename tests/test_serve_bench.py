@@ -180,11 +180,11 @@ def test_rows_beyond_the_fit_files_gpus_and_models_are_replayed(tmp_path):
     held-out part of the source may hold) is replayed under every engine, not skipped. The same
     small-batch row decodes faster on a GPU with more HBM bandwidth, and prefills slower on one
     with less compute (A100 against H100: no FP8 matmuls, a third of the 16-bit peak)."""
-    dense = {gpu: agg(system=gpu, tp=4, conc=2, isl=1024, osl=32)
-             for gpu in ("h100_sxm", "h200_sxm", "a100_sxm")}
+    dense = [agg(system=gpu, tp=4, conc=2, isl=1024, osl=32)
+             for gpu in ("h100_sxm", "h200_sxm", "a100_sxm")]
     kimi = [agg("moonshotai/Kimi-K2.5", "h200_sxm", backend, conc=2, isl=1024, osl=16,
                 moe_tp=8, quant="int4_wo") for backend in ("vllm", "sglang", "trtllm")]
-    table = cases(read_rows(write(tmp_path, *dense.values(), *kimi)), Processes(1))
+    table = cases(read_rows(write(tmp_path, *dense, *kimi)), Processes(1))
     assert (table["skipped"] == "").all(), table["skipped"].tolist()
     assert table["model"].tolist() == ["llama-3.1-70b"] * 3 + ["kimi-k2.5"] * 3
     assert np.isfinite(table[["predicted_ttft_ms", "predicted_tpot_ms"]].to_numpy()).all()
