@@ -459,6 +459,7 @@ def cmd_bench_perf(args) -> int:
 def cmd_bench_serve(args) -> int:
     from pddsim.experiments.serve_bench import (
         cases,
+        check_groups,
         check_pins,
         engine_overrides,
         format_report,
@@ -477,6 +478,8 @@ def cmd_bench_serve(args) -> int:
         except ValueError as e:
             raise InputError(f"{args.check}: not JSON ({e})") from None
     rows = read_rows(Path(args.against))
+    by = args.by or []
+    check_groups(rows.columns, by)              # before the replays, not after them
     if args.limit:
         rows = rows.iloc[:args.limit]
     overrides = engine_overrides(args.set or [])
@@ -485,7 +488,7 @@ def cmd_bench_serve(args) -> int:
                       on_done=bar.update)
     if args.cases:
         table.to_csv(args.cases, index=False)
-    summary = summarise(table)
+    summary = summarise(table, by)
     print(_json(summary) if args.json else format_report(summary))
     if args.update:
         Path(args.check).write_text(json.dumps(pinned_figures(summary), indent=2) + "\n")
@@ -788,6 +791,9 @@ def parser() -> Parser:
                     "(10, fitted to the bundled rows)")
     bs.add_argument("--limit", type=int, metavar="N", help="only the first N rows")
     bs.add_argument("--cases", metavar="OUT.csv", help="write every row with its prediction")
+    bs.add_argument("--by", action="append", metavar="COLUMN",
+                    help="also report the figures per value of this column of the file (or "
+                    "engine, concurrency), e.g. backend_version (repeatable)")
     bs.add_argument("--check", metavar="PINS.json", help="exit 1 if a median error rises more than "
                     "2 points past its pin (overall, per model and per backend with >= 20 rows) "
                     "or fewer rows are compared")

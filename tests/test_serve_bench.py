@@ -265,6 +265,7 @@ def test_bad_files_are_one_line(tmp_path, input_error, capsys):
     fails(["--against", str(ragged)], f"{ragged}:2: 35 fields, the header has 34")
     fails(["--against", str(write(tmp_path, agg())), "--set", "memory=2"], "memory")
     fails(["--against", str(tmp_path / "none.csv")], "cannot read")
+    fails(["--against", str(write(tmp_path, agg())), "--by", "versoin"], "--by", "'versoin'")
 
 
 def test_bench_serve_cli_json(tmp_path, capsys):
@@ -278,6 +279,21 @@ def test_bench_serve_cli_json(tmp_path, capsys):
         assert key in s
     assert s["rows_compared"] == 1 and set(s["groups"]) == {"model", "gpu", "backend", "mode", "band"}
     assert len(pd.read_csv(out)) == 2
+
+
+def test_figures_by_any_column_of_the_file(tmp_path, capsys):
+    """`--by` adds a group per column named (a file's own, such as its engine versions, or the
+    engine a row was replayed under); a row without a value is a group of its own, not dropped."""
+    path = write(tmp_path, agg(version="0.19.0", ttft=100.0), agg(conc=8, version="0.19.0"),
+                 agg(conc=2, version=""))
+    assert cli.main(["bench", "serve", "--against", str(path), "--json", "--jobs", "1", "--quiet",
+                     "--by", "backend_version", "--by", "engine"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    versions = s["groups"]["backend_version"]
+    assert sum(f["rows"] for f in versions.values()) == s["rows_compared"] == 3
+    assert versions["0.19.0"]["rows"] == 2 and len(versions) == 2
+    assert s["groups"]["engine"] == {"vllm": s["groups"]["backend"]["vllm"]}
+    assert list(s["groups"])[:5] == ["model", "gpu", "backend", "mode", "band"]
 
 
 def test_pins_fail_when_an_error_rises_past_its_slack(tmp_path, capsys):

@@ -402,10 +402,25 @@ def group_floor(compared: pd.DataFrame) -> dict:
     return out
 
 
-def summarise(df: pd.DataFrame) -> dict:
-    """The report: overall and per group figures on the rows compared, the skipped rows by
-    reason, the noise floor of repeated measurements, the scatter of each deployment's
-    measurements across concurrencies, and how far constants per group could go."""
+# what `cases` adds to a file's columns that a report may also be grouped by
+DERIVED_GROUPS = ("engine", "concurrency")
+
+
+def check_groups(columns, by: Sequence[str]) -> None:
+    """`by` names columns a report can be grouped by (a file's own, `GROUPS`, `DERIVED_GROUPS`),
+    or one InputError names the first that is not one."""
+    known = [*GROUPS, *DERIVED_GROUPS, *(c for c in columns if c not in GROUPS + DERIVED_GROUPS)]
+    for column in by:
+        if column not in known:
+            raise InputError(f"--by: no column {column!r}; known: {', '.join(known)}")
+
+
+def summarise(df: pd.DataFrame, by: Sequence[str] = ()) -> dict:
+    """The report: overall and per group figures on the rows compared (`GROUPS`, then any other
+    column of `df` named in `by`: a file's own dimensions, such as its engine versions), the
+    skipped rows by reason, the noise floor of repeated measurements, the scatter of each
+    deployment's measurements across concurrencies, and how far constants per group could go."""
+    check_groups(df.columns, by)
     compared = df[df["skipped"] == ""]
     skipped = df[df["skipped"] != ""]
     reasons = skipped["skipped"].str.replace(r"\s+\(.*", "", regex=True)
@@ -416,7 +431,8 @@ def summarise(df: pd.DataFrame) -> dict:
         **{k: v for k, v in _figures(compared).items() if k != "rows"},
         "noise_floor": {**noise_floor(df), **smoothness_floor(df)},
         "group_floor": group_floor(compared),
-        "groups": {g: {str(k): _figures(part) for k, part in compared.groupby(g)} for g in GROUPS},
+        "groups": {g: {str(k): _figures(part) for k, part in compared.groupby(g, dropna=False)}
+                   for g in dict.fromkeys((*GROUPS, *by))},
     }
     return summary
 
