@@ -294,6 +294,9 @@ def test_figures_by_any_column_of_the_file(tmp_path, capsys):
     assert versions["0.19.0"]["rows"] == 2 and len(versions) == 2
     assert s["groups"]["engine"] == {"vllm": s["groups"]["backend"]["vllm"]}
     assert list(s["groups"])[:5] == ["model", "gpu", "backend", "mode", "band"]
+    table = cases(read_rows(path), Processes(1))        # through the API: a missing value read as NaN
+    table.loc[2, "backend_version"] = np.nan
+    assert summarise(table, ["backend_version"])["groups"]["backend_version"]["nan"]["rows"] == 1
 
 
 def test_pins_fail_when_an_error_rises_past_its_slack(tmp_path, capsys):

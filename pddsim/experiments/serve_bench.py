@@ -409,7 +409,7 @@ DERIVED_GROUPS = ("engine", "concurrency")
 def check_groups(columns, by: Sequence[str]) -> None:
     """`by` names columns a report can be grouped by (a file's own, `GROUPS`, `DERIVED_GROUPS`),
     or one InputError names the first that is not one."""
-    known = [*GROUPS, *DERIVED_GROUPS, *(c for c in columns if c not in GROUPS + DERIVED_GROUPS)]
+    known = dict.fromkeys((*GROUPS, *DERIVED_GROUPS, *columns))
     for column in by:
         if column not in known:
             raise InputError(f"--by: no column {column!r}; known: {', '.join(known)}")
